@@ -1,0 +1,34 @@
+"""Host-side validation of hyperparameters, run before anything is compiled."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _show(value: np.ndarray) -> str:
+    flat = np.ravel(value)
+    text = np.array2string(flat[:8], precision=6, separator=", ")
+    return text if flat.size <= 8 else text[:-1] + ", ...]"
+
+
+def check_stepsize(name: str, value, *, argument: str = "stepsize") -> None:
+    """Step sizes must be finite and non-negative (a sweep axis is allowed)."""
+    arr = np.asarray(value, dtype=np.float64)
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+        raise ValueError(
+            f"{name}: {argument} must be finite and >= 0; got {_show(arr)}"
+        )
+
+
+def check_taus(name: str, taus, num_workers: int | None = None, *, argument: str = "taus") -> None:
+    """τ vectors must be positive, finite, and have one entry per worker (last axis)."""
+    arr = np.asarray(taus, dtype=np.float64)
+    if arr.ndim == 0:
+        raise ValueError(f"{name}: {argument} must be a vector with one entry per worker; got a scalar")
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        raise ValueError(f"{name}: {argument} must be positive and finite; got {_show(arr)}")
+    if num_workers is not None and arr.shape[-1] != num_workers:
+        raise ValueError(
+            f"{name}: {argument} has {arr.shape[-1]} entries but the problem has "
+            f"{num_workers} workers; give one τ per worker"
+        )

@@ -1,0 +1,56 @@
+"""Synchronous minibatch SGD: one server step per barrier round.
+
+Each round every worker computes one stochastic gradient at the same model; the server
+averages the delivered ones and takes one step, x ← x − γ · mean_i g_i, then hands everyone the
+new model. Run it on a barrier schedule (``sim.schedules.barrier``).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from algos import _checks
+from algos.asgd import ASGDState, _init, _params
+from algos.base import Algorithm, Event, HParams, Params, gradient_work
+
+
+def _apply_round(hparams: HParams, state: ASGDState, grads: Params, events: Event, mask):
+    use = mask & events.delivered  # [slots]
+    count = jnp.sum(use)
+    gamma = jnp.asarray(hparams["stepsize"])
+    # Rounds in which every result was lost leave the model unchanged.
+    scale = jnp.where(count > 0, gamma / jnp.maximum(count, 1), 0.0)
+
+    def step(x, g):
+        w = use.astype(g.dtype).reshape((-1,) + (1,) * (g.ndim - 1))
+        return x - scale.astype(x.dtype) * jnp.sum(w * g, axis=0)
+
+    new_params = jax.tree.map(step, state.params, grads)
+    slots = mask.shape[0]
+    next_points = jax.tree.map(lambda x: jnp.broadcast_to(x, (slots,) + x.shape), new_params)
+    return ASGDState(new_params), next_points, {"stepsize": jnp.where(use, scale, 0.0)}
+
+
+def _validate(hparams: HParams, num_workers: int) -> None:
+    del num_workers
+    _checks.check_stepsize("minibatch_sgd", hparams["stepsize"])
+
+
+def minibatch_sgd(*, stepsize: float) -> Algorithm:
+    """Synchronous minibatch SGD over barrier rounds (one step of size γ per round).
+
+    Args:
+      stepsize: γ ≥ 0, applied to the mean of the round's delivered gradients.
+    """
+    _checks.check_stepsize("minibatch_sgd", stepsize)
+    return Algorithm(
+        name="minibatch_sgd",
+        hparams={"stepsize": stepsize},
+        init=_init,
+        work=gradient_work,
+        apply=None,
+        params=_params,
+        apply_round=_apply_round,
+        validate=_validate,
+    )

@@ -1,0 +1,446 @@
+"""The engine: runs any :class:`algos.base.Algorithm` on a problem along a schedule.
+
+One compiled program per (algorithm functions, problem functions, shapes). Inside it, an outer
+``lax.scan`` runs over metric chunks (``log_every`` events each) and an inner one over blocks of
+events in which no worker appears twice (see :mod:`sim.blocks`): each block's worker jobs are
+computed at once with ``vmap``, then the server handles the arrivals in event order. Metrics are
+computed once per chunk, never per event.
+
+Randomness: event ``e``'s job draws from ``fold_in(key, e)``, so results do not depend on how the
+schedule was cut into blocks, and the same key gives the same bits.
+
+Divergence: the server model is checked after every event. The first event that makes it
+non-finite is recorded, the update is not applied, and the state is frozen from there on; the
+result reports the event and worker, and the metrics end at the last log point before it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from algos.base import Algorithm, Event
+from sim.blocks import BlockPlan, plan_blocks
+from sim.problems import Problem, ProblemFns
+from sim.schedules import Schedule
+
+PyTree = Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Divergence:
+    """Where a run first produced a non-finite server model."""
+
+    event: int
+    worker: int
+    time: float
+
+    def message(self) -> str:
+        return (
+            f"the run diverged at event {self.event} (worker {self.worker}, simulated time "
+            f"{self.time:.6g}): the server model became NaN or infinite. The update was not "
+            "applied, the run stopped there, and metrics up to the last log point before it are kept. "
+            "Try a smaller step size."
+        )
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RunResult:
+    """What a run (or, with leading batch axes, a sweep) returns.
+
+    Attributes:
+      params: the final server model (pytree of arrays).
+      state: the final server state.
+      metrics: per log point (first row: before any event): ``time``, ``events`` (processed so
+        far), ``loss`` (F), ``grad_norm`` (‖∇F‖), ``dist_<name>`` for every target (``optimum``
+        is the problem's minimiser where known), ``updates_per_worker`` [.., n] (cumulative
+        delivered arrivals), ``staleness_mean`` and ``staleness_max`` (over the chunk).
+      worker_stats: per worker, the sum over its arrivals of each statistic the algorithm
+        reports (for ASGD: ``stepsize``, the step mass, whose shares are the implicit weights).
+      tail_average: the time-weighted average of the server model over ``tail_window``.
+      tail_window: (t0, t1) in simulated time.
+      diverged_at: first event that produced a non-finite model, −1 if none (batched in sweeps).
+      schedule: the schedule's summary.
+      block_size: slots per block; mean_fill: events per block / block_size.
+    """
+
+    params: PyTree
+    state: PyTree
+    metrics: dict
+    worker_stats: dict
+    tail_average: PyTree
+    tail_window: tuple
+    diverged_at: np.ndarray
+    schedule: dict
+    block_size: int
+    mean_fill: float
+    divergence: Optional[Divergence] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Static:
+    """Everything the compiled program depends on besides array shapes."""
+
+    alg_fns: tuple  # (init, work, apply, params, apply_round)
+    prob_fns: ProblemFns
+    num_workers: int
+    by_round: bool
+
+
+def _tree_where(pred, new, old):
+    return jax.tree.map(lambda a, b: jnp.where(pred, a, b), new, old)
+
+
+def _all_finite(tree) -> jax.Array:
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
+
+
+def _simulate(static: _Static, hparams, data, x0, key, ev, plan_events, targets):
+    """One run. ``ev`` holds per-event arrays; ``plan_events`` is [chunks, blocks, slots]."""
+    init, work, apply, params_of, apply_round = static.alg_fns
+    fns = static.prob_fns
+    n = static.num_workers
+
+    state0 = init(hparams, x0, n)
+    points0 = jax.tree.map(lambda x: jnp.broadcast_to(x, (n,) + x.shape), x0)
+    tail0 = jax.tree.map(jnp.zeros_like, x0)
+
+    def event_at(e):
+        return Event(index=e, worker=ev["worker"][e], time=ev["time"][e],
+                     staleness=ev["staleness"][e], delivered=ev["delivered"][e])
+
+    def jobs(points, idx):
+        """All of a block's worker computations at once."""
+        e = jnp.maximum(idx, 0)
+        w = ev["worker"][e]
+        start_points = jax.tree.map(lambda y: y[w], points)
+        keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(e)
+
+        def one(point, worker, k):
+            def oracle(p, kk):
+                return fns.value_and_grad(data, p, worker, kk)
+
+            return work(hparams, point, oracle, k)
+
+        return e, w, jax.vmap(one)(start_points, w, keys)
+
+    # Stats the algorithm reports per arrival: discovered by abstract evaluation (no compute).
+    def stats_shape():
+        msg = jax.eval_shape(lambda: jobs(points0, jnp.zeros((1,), jnp.int32))[2])
+        if static.by_round:
+            out = jax.eval_shape(lambda m: apply_round(hparams, state0, m, jax.vmap(event_at)(jnp.zeros((1,), jnp.int32)),
+                                                        jnp.ones((1,), bool))[2], msg)
+            return {k: v.dtype for k, v in out.items()}
+        one_msg = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), msg)
+        out = jax.eval_shape(lambda m: apply(hparams, state0, m, event_at(jnp.asarray(0, jnp.int32)))[2], one_msg)
+        return {k: v.dtype for k, v in out.items()}
+
+    stat_sums0 = {k: jnp.zeros((n,), dt) for k, dt in stats_shape().items()}
+    carry0 = (state0, points0, tail0, jnp.zeros((), ev["tail_weight"].dtype), stat_sums0, jnp.asarray(-1, jnp.int32))
+
+    def async_block(carry, idx):
+        e_blk, w_blk, msgs = jobs(carry[1], idx)
+
+        def slot(carry, xs):
+            state, points, tail, tail_w, sums, bad = carry
+            msg, e, w, valid = xs
+            new_state, next_point, stats = apply(hparams, state, msg, event_at(e))
+            active = valid & (bad < 0)
+            finite = _all_finite(params_of(new_state))
+            commit = active & finite
+            bad = jnp.where(active & ~finite, e, bad)
+            state = _tree_where(commit, new_state, state)
+            points = jax.tree.map(lambda Y, p: Y.at[w].set(jnp.where(commit, p, Y[w])), points, next_point)
+            weight = jnp.where(commit, ev["tail_weight"][e], 0.0)
+            tail = jax.tree.map(lambda t, x: t + weight.astype(x.dtype) * x, tail, params_of(state))
+            sums = {k: v.at[w].add(jnp.where(commit, stats[k], 0).astype(v.dtype)) for k, v in sums.items()}
+            return (state, points, tail, tail_w + weight, sums, bad), None
+
+        carry, _ = jax.lax.scan(slot, carry, (msgs, e_blk, w_blk, idx >= 0))
+        return carry, None
+
+    def round_block(carry, idx):
+        state, points, tail, tail_w, sums, bad = carry
+        e_blk, w_blk, msgs = jobs(points, idx)
+        valid = idx >= 0
+        events = jax.vmap(event_at)(e_blk)
+        new_state, next_points, stats = apply_round(hparams, state, msgs, events, valid)
+        active = jnp.any(valid) & (bad < 0)
+        finite = _all_finite(params_of(new_state))
+        commit = active & finite
+        bad = jnp.where(active & ~finite, e_blk[0], bad)
+        x_old = params_of(state)
+        state = _tree_where(commit, new_state, state)
+        keep = commit & valid
+
+        def scatter(Y, p):
+            cur = Y[w_blk]
+            mask = keep.reshape((-1,) + (1,) * (p.ndim - 1))
+            return Y.at[w_blk].set(jnp.where(mask, p, cur))
+
+        points = jax.tree.map(scatter, points, next_points)
+        # Until the round's last arrival the server still holds the old model.
+        weights = jnp.where(keep, ev["tail_weight"][e_blk], 0.0)
+        w_last = weights[-1]
+        w_rest = jnp.sum(weights) - w_last
+        tail = jax.tree.map(lambda t, a, b: t + w_rest.astype(a.dtype) * a + w_last.astype(b.dtype) * b,
+                            tail, x_old, params_of(state))
+        sums = {k: v.at[w_blk].add(jnp.where(keep, stats[k], 0).astype(v.dtype)) for k, v in sums.items()}
+        return (state, points, tail, tail_w + jnp.sum(weights), sums, bad), None
+
+    block = round_block if static.by_round else async_block
+
+    def measure(state):
+        x = params_of(state)
+        loss, grad = jax.value_and_grad(fns.objective, argnums=1)(data, x)
+        out = {"loss": loss, "grad_norm": jnp.sqrt(sum(jnp.sum(g * g) for g in jax.tree.leaves(grad)))}
+        for name, target in targets.items():
+            out[f"dist_{name}"] = jnp.sqrt(sum(jnp.sum((a - b) ** 2) for a, b in zip(jax.tree.leaves(x), jax.tree.leaves(target))))
+        return out
+
+    def chunk(carry, blocks):
+        carry, _ = jax.lax.scan(block, carry, blocks)
+        return carry, measure(carry[0])
+
+    carry, metrics = jax.lax.scan(chunk, carry0, plan_events)
+    first = measure(state0)
+    metrics = {k: jnp.concatenate([first[k][None], v]) for k, v in metrics.items()}
+    state, _, tail, tail_w, sums, bad = carry
+    tail_avg = jax.tree.map(lambda t: t / jnp.maximum(tail_w, 1e-300).astype(t.dtype), tail)
+    return {"state": state, "params": params_of(state), "metrics": metrics, "tail": tail_avg,
+            "stats": sums, "bad": bad}
+
+
+_simulate_jit = jax.jit(_simulate, static_argnums=0)
+
+
+def _sweep_impl(static, hparams, data, x0, keys, ev, plan_events, targets):
+    over_seeds = jax.vmap(lambda h, k: _simulate(static, h, data, x0, k, ev, plan_events, targets), in_axes=(None, 0))
+    return jax.vmap(over_seeds, in_axes=(0, None))(hparams, keys)
+
+
+_sweep_jit = jax.jit(_sweep_impl, static_argnums=0)
+
+
+# --- host-side preparation --------------------------------------------------------------------
+
+
+def _float_dtype_of(x0) -> jnp.dtype:
+    leaves = [l for l in jax.tree.leaves(x0) if jnp.issubdtype(jnp.asarray(l).dtype, jnp.floating)]
+    return jnp.asarray(leaves[0]).dtype if leaves else jnp.asarray(0.0).dtype
+
+
+def _prepare_hparams(alg: Algorithm, overrides: Optional[dict], dtype, *, batched: bool, num_workers: int):
+    hp = dict(alg.hparams)
+    if overrides:
+        unknown = set(overrides) - set(hp)
+        if unknown:
+            raise ValueError(f"{alg.name}: unknown hyperparameters {sorted(unknown)}; allowed: {sorted(hp)}")
+        hp.update(overrides)
+
+    def cast(v):
+        a = np.asarray(v)
+        return jnp.asarray(a, dtype) if np.issubdtype(a.dtype, np.floating) else jnp.asarray(a)
+
+    hp = {k: cast(v) for k, v in hp.items()}
+    if alg.validate is not None:
+        alg.validate({k: np.asarray(v) for k, v in hp.items()}, num_workers)
+    if not batched:
+        return hp, None
+    # A sweep: leaves given in ``overrides`` carry the grid axis; defaults are broadcast to it.
+    sizes = {k: int(np.shape(overrides[k])[0]) for k in (overrides or {}) if np.ndim(overrides[k]) > np.ndim(alg.hparams[k])}
+    if not sizes:
+        raise ValueError(
+            "sweep: hparams must give at least one hyperparameter with a leading grid axis "
+            f"(for example {{'stepsize': [0.01, 0.02]}}); got {overrides!r}"
+        )
+    if len(set(sizes.values())) != 1:
+        raise ValueError(f"sweep: every swept hyperparameter needs the same number of values; got {sizes}")
+    H = next(iter(sizes.values()))
+    hp = {k: v if k in sizes else jnp.broadcast_to(v, (H,) + v.shape) for k, v in hp.items()}
+    return hp, H
+
+
+def _event_arrays(schedule: Schedule, average_from: float, dtype):
+    t = schedule.finish
+    T = schedule.end_time
+    t0 = average_from * T
+    t_next = np.r_[t[1:], T]
+    weight = np.clip(np.minimum(t_next, T) - np.maximum(t, t0), 0.0, None)
+    time_dtype = jnp.asarray(0.0).dtype  # float64 when x64 is on, else float32
+    return {
+        "worker": jnp.asarray(schedule.worker, jnp.int32),
+        "time": jnp.asarray(t, time_dtype),
+        "staleness": jnp.asarray(schedule.staleness, jnp.int32),
+        "delivered": jnp.asarray(schedule.delivered),
+        "tail_weight": jnp.asarray(weight, time_dtype),
+    }, (t0, T)
+
+
+def _validate(alg: Algorithm, problem: Problem, schedule: Schedule) -> bool:
+    if not isinstance(alg, Algorithm):
+        raise TypeError(f"algorithm must be an algos.Algorithm; got {type(alg).__name__}")
+    if not isinstance(problem, Problem):
+        raise TypeError(f"problem must be a sim.problems.Problem; got {type(problem).__name__}")
+    if not isinstance(schedule, Schedule):
+        raise TypeError(f"schedule must be a sim.schedules.Schedule; got {type(schedule).__name__}")
+    if schedule.num_workers != problem.num_workers:
+        raise ValueError(
+            f"the schedule has {schedule.num_workers} workers but the problem has {problem.num_workers}; "
+            "they must match"
+        )
+    if alg.apply is None and alg.apply_round is None:
+        raise ValueError(f"{alg.name}: the algorithm defines neither apply nor apply_round")
+    by_round = alg.apply is None
+    if not by_round and schedule.policy == "barrier" and alg.apply_round is not None:
+        by_round = True  # round-capable algorithms take whole rounds on barrier schedules
+    return by_round
+
+
+def _targets(problem: Problem, targets: Optional[dict], dtype) -> dict:
+    out = {}
+    if problem.minimiser is not None:
+        out["optimum"] = jnp.asarray(problem.minimiser, dtype)
+    for name, value in (targets or {}).items():
+        arr = np.asarray(value, dtype=np.float64)
+        shape = np.shape(problem.x0)
+        if arr.shape != shape:
+            raise ValueError(f"target {name!r} must have the parameters' shape {shape}; got {arr.shape}")
+        out[name] = jnp.asarray(arr, dtype)
+    return out
+
+
+def _host_metrics(schedule: Schedule, plan: BlockPlan) -> dict:
+    ends = plan.chunk_end
+    delivered = schedule.delivered
+    onehot = np.zeros((schedule.num_events, schedule.num_workers), dtype=np.int64)
+    onehot[np.arange(schedule.num_events), schedule.worker] = delivered
+    cum = np.cumsum(onehot, axis=0)
+    updates = np.vstack([np.zeros((1, schedule.num_workers), np.int64), cum[ends]])
+    st = schedule.staleness
+    starts = np.r_[0, ends[:-1] + 1]
+    st_mean = np.r_[np.nan, [st[a : b + 1].mean() for a, b in zip(starts, ends)]]
+    st_max = np.r_[np.nan, [st[a : b + 1].max() for a, b in zip(starts, ends)]]
+    return {
+        "time": np.r_[0.0, schedule.finish[ends]],
+        "events": np.r_[0, ends + 1],
+        "updates_per_worker": updates,
+        "staleness_mean": st_mean,
+        "staleness_max": st_max,
+    }
+
+
+def _check_key(key, *, batched: bool):
+    arr = key
+    if jnp.issubdtype(getattr(arr, "dtype", np.float64), jax.dtypes.prng_key):
+        ok_shape = arr.ndim == (1 if batched else 0)
+    else:
+        arr = np.asarray(arr)
+        ok_shape = arr.dtype == np.uint32 and arr.ndim == (2 if batched else 1) and arr.shape[-1] == 2
+    if not ok_shape:
+        want = "a batch of keys, e.g. jax.random.split(jax.random.key(0), 16)" if batched else "one key, e.g. jax.random.key(0)"
+        raise ValueError(f"key must be {want}; got {getattr(key, 'shape', key)!r}")
+
+
+def _prepare(alg, problem, schedule, *, hparams, log_every, block_size, targets, average_from, batched):
+    by_round = _validate(alg, problem, schedule)
+    if not (0.0 <= float(average_from) < 1.0):
+        raise ValueError(f"average_from must be in [0, 1) (a fraction of the run's end time); got {average_from!r}")
+    dtype = _float_dtype_of(problem.x0)
+    hp, H = _prepare_hparams(alg, hparams, dtype, batched=batched, num_workers=problem.num_workers)
+    if log_every is None:
+        log_every = max(1, schedule.num_events // 100)
+    plan = plan_blocks(schedule, log_every=log_every, block_size=block_size, by_round=by_round)
+    ev, window = _event_arrays(schedule, average_from, dtype)
+    static = _Static(alg.functions, problem.fns, problem.num_workers, by_round)
+    return static, hp, H, plan, ev, window, _targets(problem, targets, dtype)
+
+
+def _to_numpy(tree):
+    return jax.tree.map(np.asarray, tree)
+
+
+def run(alg: Algorithm, problem: Problem, schedule: Schedule, *, key, hparams: Optional[dict] = None,
+        log_every: Optional[int] = None, block_size: int | str = "auto", targets: Optional[dict] = None,
+        average_from: float = 0.5) -> RunResult:
+    """Run ``alg`` on ``problem`` along ``schedule``.
+
+    Args:
+      alg: an :class:`algos.Algorithm`.
+      problem: a :class:`sim.problems.Problem` with as many workers as the schedule.
+      schedule: a :class:`sim.schedules.Schedule`.
+      key: a PRNG key; event e's job uses ``fold_in(key, e)``.
+      hparams: overrides of ``alg.hparams`` (same keys).
+      log_every: events per metrics log point (default: about 100 log points).
+      block_size: slots per block of simultaneous worker jobs; ``"auto"`` chooses from the
+        schedule, 1 is the event-by-event engine.
+      targets: named points whose distance to the server model is logged (``dist_<name>``).
+      average_from: the tail average covers simulated time [average_from·T, T].
+
+    Returns:
+      a :class:`RunResult`.
+    """
+    _check_key(key, batched=False)
+    static, hp, _, plan, ev, window, tg = _prepare(
+        alg, problem, schedule, hparams=hparams, log_every=log_every, block_size=block_size,
+        targets=targets, average_from=average_from, batched=False)
+    out = _simulate_jit(static, hp, problem.data, problem.x0, key, ev, jnp.asarray(plan.events), tg)
+    out = _to_numpy(out)
+    metrics = {**_host_metrics(schedule, plan), **out["metrics"]}
+    bad = int(out["bad"])
+    divergence = None
+    if bad >= 0:
+        divergence = Divergence(event=bad, worker=int(schedule.worker[bad]), time=float(schedule.finish[bad]))
+        keep = int(np.sum(metrics["events"] <= bad))  # log points taken before the bad event
+        metrics = {k: v[:keep] for k, v in metrics.items()}
+        warnings.warn(divergence.message(), RuntimeWarning, stacklevel=2)
+    return RunResult(
+        params=out["params"], state=out["state"], metrics=metrics, worker_stats=out["stats"],
+        tail_average=out["tail"], tail_window=window, diverged_at=np.asarray(bad), schedule=schedule.summary(),
+        block_size=plan.block_size, mean_fill=plan.mean_fill, divergence=divergence)
+
+
+def sweep(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys, hparams: Optional[dict] = None,
+          log_every: Optional[int] = None, block_size: int | str = "auto", targets: Optional[dict] = None,
+          average_from: float = 0.5) -> RunResult:
+    """Many runs in one compiled call: a grid of hyperparameter values × seeds.
+
+    Args:
+      keys: a batch of S PRNG keys (one run per key), e.g. ``jax.random.split(key, 256)``.
+      hparams: None (the algorithm's defaults, grid size 1), or overrides in which at least one
+        hyperparameter has a leading grid axis of size H (all swept ones the same H).
+      Other arguments as in :func:`run`.
+
+    Returns:
+      a :class:`RunResult` whose arrays have leading axes [H, S]. Metrics of runs that diverged
+      are NaN from the first log point at or after the divergence; ``diverged_at`` [H, S] gives
+      the event (−1: none). Changing only hyperparameter values or keys reuses the compiled code.
+    """
+    _check_key(keys, batched=True)
+    if hparams is None:
+        first = next(iter(alg.hparams))
+        hparams = {first: np.asarray(alg.hparams[first])[None]}
+    static, hp, _, plan, ev, window, tg = _prepare(
+        alg, problem, schedule, hparams=hparams, log_every=log_every, block_size=block_size,
+        targets=targets, average_from=average_from, batched=True)
+    out = _to_numpy(_sweep_jit(static, hp, problem.data, problem.x0, keys, ev, jnp.asarray(plan.events), tg))
+    host = _host_metrics(schedule, plan)
+    bad = out["bad"]
+    metrics = dict(host)
+    for k, v in out["metrics"].items():
+        v = v.astype(np.float64)
+        after = (bad[..., None] >= 0) & (host["events"][None, None, :] > bad[..., None])
+        metrics[k] = np.where(after, np.nan, v)
+    if np.any(bad >= 0):
+        warnings.warn(f"{int(np.sum(bad >= 0))} of {bad.size} runs diverged (see diverged_at); "
+                      "their metrics are NaN after the divergence", RuntimeWarning, stacklevel=2)
+    return RunResult(
+        params=out["params"], state=out["state"], metrics=metrics, worker_stats=out["stats"],
+        tail_average=out["tail"], tail_window=window, diverged_at=bad, schedule=schedule.summary(),
+        block_size=plan.block_size, mean_fill=plan.mean_fill)

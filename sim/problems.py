@@ -1,0 +1,309 @@
+"""Problems: initial parameters, each worker's stochastic loss, the global objective F.
+
+A :class:`Problem` splits into a static part (:class:`ProblemFns`, pure functions, hashable, what
+compiled code depends on) and data (a pytree of arrays passed into compiled code, never closed
+over as constants). Worker i samples only from its own data.
+
+Built in here: heterogeneous quadratics and logistic regression on data split across workers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from theory.fixed_point import quadratic_fixed_point, weighted_minimiser
+
+PyTree = Any
+
+
+@dataclasses.dataclass(frozen=True)
+class ProblemFns:
+    """The static functions of a problem; ``data`` is always their first argument.
+
+    Attributes:
+      value_and_grad: ``(data, params, worker, key) -> (loss, grad)``: one stochastic gradient
+        of worker ``worker``'s loss, with randomness from ``key``.
+      local_objectives: ``(data, params) -> [n]``: each F_i at ``params`` (full local data,
+        no noise).
+      objective: ``(data, params) -> scalar``: F = (1/n) Σ F_i.
+    """
+
+    value_and_grad: Callable
+    local_objectives: Callable
+
+    def objective(self, data, params):
+        return jnp.mean(self.local_objectives(data, params))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Problem:
+    """A distributed optimisation problem over ``num_workers`` workers.
+
+    Attributes:
+      name: short description, used in reports.
+      num_workers: n.
+      fns: the static functions (see :class:`ProblemFns`).
+      data: the arrays the functions read.
+      x0: the initial parameters (a pytree).
+      minimiser: the minimiser of F where known (float64 NumPy array), else None.
+      local_derivatives: ``x -> (G [n, d], H [n, d, d])`` in float64 NumPy, for theory's
+        numerical solver of weighted objectives; None where not provided.
+      curvature: for quadratics, the (A, b) pair in float64, for closed-form theory.
+    """
+
+    name: str
+    num_workers: int
+    fns: ProblemFns
+    data: PyTree
+    x0: PyTree
+    minimiser: Optional[np.ndarray] = None
+    local_derivatives: Optional[Callable] = None
+    curvature: Optional[tuple] = None
+
+    def objective(self, params) -> float:
+        return float(self.fns.objective(self.data, params))
+
+    def weighted_minimiser(self, weights) -> np.ndarray:
+        """The minimiser of Σ q_i F_i: closed form for quadratics, Newton otherwise."""
+        if self.curvature is not None:
+            return quadratic_fixed_point(*self.curvature, weights)
+        if self.local_derivatives is None:
+            raise NotImplementedError(f"{self.name}: no derivatives available to solve the weighted objective")
+        x0 = self.minimiser if self.minimiser is not None else np.asarray(self.x0, dtype=np.float64)
+        return weighted_minimiser(self.local_derivatives, weights, x0)
+
+
+def _float_dtype(dtype):
+    return jnp.dtype(dtype) if dtype is not None else jnp.asarray(0.0).dtype
+
+
+# --- heterogeneous quadratics -----------------------------------------------------------------
+
+
+def _quad_value_and_grad(data, x, worker, key):
+    A, b, sigma = data["A"][worker], data["b"][worker], data["noise"]
+    r = x - b
+    Ar = A * r if A.ndim == 1 else A @ r
+    loss = 0.5 * jnp.dot(r, Ar)
+    # Isotropic gradient noise of total variance σ² (covariance σ²/d · I), spec §2.3.
+    xi = jax.random.normal(key, x.shape, dtype=x.dtype)
+    noise_term = sigma * xi / jnp.sqrt(jnp.asarray(x.shape[0], x.dtype))
+    return loss + jnp.dot(noise_term, x), Ar + noise_term
+
+
+def _quad_value_and_grad_exact(data, x, worker, key):
+    del key
+    A, b = data["A"][worker], data["b"][worker]
+    r = x - b
+    Ar = A * r if A.ndim == 1 else A @ r
+    return 0.5 * jnp.dot(r, Ar), Ar
+
+
+def _quad_local_objectives(data, x):
+    r = x[None, :] - data["b"]
+    A = data["A"]
+    Ar = A * r if A.ndim == 2 else jnp.einsum("ijk,ik->ij", A, r)
+    return 0.5 * jnp.sum(r * Ar, axis=1)
+
+
+_QUAD_EXACT = ProblemFns(_quad_value_and_grad_exact, _quad_local_objectives)
+_QUAD_NOISY = ProblemFns(_quad_value_and_grad, _quad_local_objectives)
+
+
+def quadratic(A, b, *, x0=None, noise: float = 0.0, dtype=None) -> Problem:
+    """Heterogeneous quadratics: worker i's loss is ½ (x − b_i)ᵀ A_i (x − b_i).
+
+    With ``noise = σ > 0`` each stochastic gradient gets additive isotropic Gaussian noise of
+    total variance σ² (covariance σ²/d · I), independent of x (specs/asgd.md §2.3).
+
+    Args:
+      A: [n, d, d] symmetric positive semi-definite curvatures (dense), or [n, d] diagonals
+        (non-negative). Σ_i A_i must be positive definite.
+      b: [n, d], worker i's local minimiser.
+      x0: the initial point [d]; zeros by default.
+      noise: σ ≥ 0.
+      dtype: float dtype of the simulation (default: JAX's default float).
+    """
+    A64 = np.asarray(A, dtype=np.float64)
+    b64 = np.asarray(b, dtype=np.float64)
+    if b64.ndim != 2:
+        raise ValueError(f"b must be [n, d] (one local minimiser per worker); got shape {b64.shape}")
+    n, d = b64.shape
+    if A64.shape not in ((n, d, d), (n, d)):
+        raise ValueError(f"A must be [n, d, d] (dense) or [n, d] (diagonal) with n={n}, d={d} from b; got shape {A64.shape}")
+    if not (np.all(np.isfinite(A64)) and np.all(np.isfinite(b64))):
+        raise ValueError("A and b must be finite")
+    if A64.ndim == 3:
+        asym = np.max(np.abs(A64 - np.swapaxes(A64, 1, 2)))
+        if asym > 1e-10 * max(1.0, np.max(np.abs(A64))):
+            raise ValueError(f"each A_i must be symmetric; max |A_i − A_iᵀ| = {asym:.3g}")
+        if np.min(np.linalg.eigvalsh(A64)) < -1e-10 * max(1.0, np.max(np.abs(A64))):
+            raise ValueError("each A_i must be positive semi-definite")
+        if np.min(np.linalg.eigvalsh(A64.sum(0))) <= 0:
+            raise ValueError("Σ_i A_i must be positive definite (the objective needs a unique minimiser)")
+    else:
+        if np.any(A64 < 0):
+            raise ValueError("diagonal curvatures A must be >= 0")
+        if np.any(A64.sum(0) <= 0):
+            raise ValueError("Σ_i A_i must be positive in every coordinate (unique minimiser)")
+    sigma = float(noise)
+    if not (np.isfinite(sigma) and sigma >= 0):
+        raise ValueError(f"noise must be finite and >= 0; got {noise!r}")
+    dt = _float_dtype(dtype)
+    if x0 is None:
+        x0_arr = jnp.zeros(d, dt)
+    else:
+        x0_np = np.asarray(x0, dtype=np.float64)
+        if x0_np.shape != (d,):
+            raise ValueError(f"x0 must have shape ({d},) to match b; got {x0_np.shape}")
+        x0_arr = jnp.asarray(x0_np, dt)
+    data = {"A": jnp.asarray(A64, dt), "b": jnp.asarray(b64, dt), "noise": jnp.asarray(sigma, dt)}
+    kind = "dense" if A64.ndim == 3 else "diagonal"
+    return Problem(
+        name=f"quadratic({kind}, n={n}, d={d}, σ={sigma:g})",
+        num_workers=n,
+        fns=_QUAD_NOISY if sigma > 0 else _QUAD_EXACT,
+        data=data,
+        x0=x0_arr,
+        minimiser=quadratic_fixed_point(A64, b64, np.ones(n)),
+        curvature=(A64, b64),
+    )
+
+
+def random_quadratic(num_workers: int, dim: int, *, diagonal: bool = False, condition: float = 10.0,
+                     spread: float = 1.0, noise: float = 0.0, seed: int = 0, dtype=None) -> Problem:
+    """Random heterogeneous quadratics: eigenvalues in [1, condition], b_i ~ N(0, spread² I)."""
+    rng = np.random.default_rng(seed)
+    b = spread * rng.standard_normal((num_workers, dim))
+    if diagonal:
+        A = rng.uniform(1.0, condition, (num_workers, dim))
+    else:
+        A = np.empty((num_workers, dim, dim))
+        for i in range(num_workers):
+            Q, _ = np.linalg.qr(rng.standard_normal((dim, dim)))
+            eig = rng.uniform(1.0, condition, dim)
+            A[i] = (Q * eig) @ Q.T
+            A[i] = 0.5 * (A[i] + A[i].T)
+    return quadratic(A, b, noise=noise, dtype=dtype)
+
+
+# --- logistic regression ----------------------------------------------------------------------
+
+
+def _logistic_loss(w, X, y, l2):
+    margins = y * (X @ w)
+    return jnp.mean(jax.nn.softplus(-margins)) + 0.5 * l2 * jnp.dot(w, w)
+
+
+@dataclasses.dataclass(frozen=True)
+class _LogisticValueAndGrad:
+    batch_size: Optional[int]  # None: the worker's whole shard (deterministic)
+
+    def __call__(self, data, w, worker, key):
+        X, y = data["X"][worker], data["y"][worker]
+        if self.batch_size is not None:
+            idx = jax.random.randint(key, (self.batch_size,), 0, X.shape[0])
+            X, y = X[idx], y[idx]
+        return jax.value_and_grad(_logistic_loss)(w, X, y, data["l2"])
+
+
+def _logistic_local_objectives(data, w):
+    return jax.vmap(_logistic_loss, in_axes=(None, 0, 0, None))(w, data["X"], data["y"], data["l2"])
+
+
+def _logistic_derivatives_np(X: np.ndarray, y: np.ndarray, l2: float):
+    """Per-worker gradients and Hessians of the full local losses, in float64 NumPy."""
+
+    def derivatives(w):
+        m = y * np.einsum("imp,p->im", X, w)
+        s = 1.0 / (1.0 + np.exp(m))  # σ(−m)
+        G = -np.einsum("im,imp->ip", s * y, X) / X.shape[1] + l2 * w
+        curv = s * (1.0 - s)
+        H = np.einsum("im,imp,imq->ipq", curv, X, X) / X.shape[1] + l2 * np.eye(X.shape[2])
+        return G, H
+
+    return derivatives
+
+
+def logistic_regression(features, labels, *, num_workers: Optional[int] = None, l2: float = 1e-3,
+                        batch_size: Optional[int] = None, x0=None, dtype=None) -> Problem:
+    """Binary logistic regression with L2 penalty, data split across workers.
+
+    F_i(w) = mean over worker i's examples of log(1 + exp(−y wᵀx)) + (λ/2)‖w‖².
+
+    Args:
+      features: [n, m, p] already split (worker i holds ``features[i]``), or [N, p] split
+        here into ``num_workers`` contiguous equal shards (a remainder is dropped).
+      labels: matching [n, m] or [N], in {0, 1} or {−1, +1}.
+      num_workers: needed when ``features`` is [N, p].
+      l2: λ > 0 (strong convexity makes the minimiser unique).
+      batch_size: examples per stochastic gradient, drawn with replacement from the worker's
+        shard; None uses the whole shard (exact local gradients).
+    """
+    X = np.asarray(features, dtype=np.float64)
+    y = np.asarray(labels, dtype=np.float64)
+    if X.ndim == 2:
+        if num_workers is None or num_workers < 1:
+            raise ValueError("features of shape [N, p] need num_workers >= 1 to be split")
+        if y.shape != (X.shape[0],):
+            raise ValueError(f"labels must have shape ({X.shape[0]},) to match features; got {y.shape}")
+        m = X.shape[0] // num_workers
+        if m < 1:
+            raise ValueError(f"{X.shape[0]} examples cannot be split over {num_workers} workers")
+        X = X[: m * num_workers].reshape(num_workers, m, -1)
+        y = y[: m * num_workers].reshape(num_workers, m)
+    elif X.ndim == 3:
+        if y.shape != X.shape[:2]:
+            raise ValueError(f"labels must have shape {X.shape[:2]} to match features; got {y.shape}")
+    else:
+        raise ValueError(f"features must be [n, m, p] or [N, p]; got shape {X.shape}")
+    values = set(np.unique(y).tolist())
+    if values <= {0.0, 1.0}:
+        y = 2.0 * y - 1.0
+    elif not values <= {-1.0, 1.0}:
+        raise ValueError(f"labels must be in {{0, 1}} or {{−1, +1}}; got values {sorted(values)[:5]}")
+    if not (np.isfinite(l2) and l2 > 0):
+        raise ValueError(f"l2 must be positive and finite; got {l2!r}")
+    if batch_size is not None and (int(batch_size) != batch_size or batch_size < 1):
+        raise ValueError(f"batch_size must be a positive integer or None; got {batch_size!r}")
+    n, _, p = X.shape
+    dt = _float_dtype(dtype)
+    x0_arr = jnp.zeros(p, dt) if x0 is None else jnp.asarray(np.asarray(x0, np.float64).reshape(p), dt)
+    derivs = _logistic_derivatives_np(X, y, float(l2))
+    minimiser = weighted_minimiser(derivs, np.ones(n), np.zeros(p))
+    return Problem(
+        name=f"logistic(n={n}, m={X.shape[1]}, p={p}, batch={batch_size})",
+        num_workers=n,
+        fns=ProblemFns(_LogisticValueAndGrad(None if batch_size is None else int(batch_size)), _logistic_local_objectives),
+        data={"X": jnp.asarray(X, dt), "y": jnp.asarray(y, dt), "l2": jnp.asarray(l2, dt)},
+        x0=x0_arr,
+        minimiser=minimiser,
+        local_derivatives=derivs,
+    )
+
+
+def synthetic_logistic(num_workers: int, samples_per_worker: int, dim: int, *, heterogeneity: float = 1.0,
+                       l2: float = 1e-2, batch_size: Optional[int] = None, seed: int = 0, dtype=None) -> Problem:
+    """Logistic regression on synthetic data whose distribution differs across workers.
+
+    Worker i's features are N(μ_i, I) with μ_i ~ N(0, heterogeneity² I), and its labels follow a
+    logistic model with its own weights w_0 + heterogeneity · δ_i. A constant feature is
+    appended (intercept), so the parameter has dim + 1 entries.
+    """
+    rng = np.random.default_rng(seed)
+    w0 = rng.standard_normal(dim)
+    X = np.empty((num_workers, samples_per_worker, dim + 1))
+    y = np.empty((num_workers, samples_per_worker))
+    for i in range(num_workers):
+        mu = heterogeneity * rng.standard_normal(dim)
+        wi = w0 + heterogeneity * rng.standard_normal(dim)
+        feats = mu + rng.standard_normal((samples_per_worker, dim))
+        prob = 1.0 / (1.0 + np.exp(-feats @ wi))
+        y[i] = (rng.random(samples_per_worker) < prob).astype(np.float64)
+        X[i] = np.concatenate([feats, np.ones((samples_per_worker, 1))], axis=1)
+    return logistic_regression(X, y, l2=l2, batch_size=batch_size, dtype=dtype)

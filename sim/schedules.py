@@ -1,0 +1,514 @@
+"""Schedules: who arrives when, computed on the host before any model value exists.
+
+Timing never depends on the model's values (DESIGN.md, "The event model"), so a whole run's
+event sequence is a handful of NumPy arrays. A :class:`Schedule` is built from a *timing model*
+(how long each job of each worker takes) and a *dispatch policy* (asynchronous: a worker
+restarts the moment it reports; barrier: synchronous rounds). Failures are a transform that
+marks some arrivals as lost.
+
+Conventions, fixed once for every schedule:
+
+* Worker indices are 0-based. Every worker starts its first job at time 0.
+* Events are ordered by finish time; ties are broken by the lower worker index
+  (specs/asgd.md §1, event model rule 4). The finite-step orbit depends on this rule.
+* ``version[e]`` is the number of *delivered* arrivals the server had processed when event
+  ``e``'s job was dispatched, and ``staleness[e]`` the number processed since then, before ``e``.
+* With fixed computation the k-th arrival (k = 1, 2, ...) of worker i is at exactly ``k * τ_i``.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import math
+import os
+from typing import Protocol, Sequence
+
+import numpy as np
+
+NOISE_KINDS = ("exponential", "lognormal", "uniform", "halfnormal")
+
+
+# --- validation helpers ---------------------------------------------------------------------
+
+
+def _short(arr: np.ndarray) -> str:
+    flat = np.ravel(arr)
+    text = np.array2string(flat[:8], precision=6, separator=", ")
+    return text if flat.size <= 8 else text[:-1] + ", ...]"
+
+
+def _check_taus(taus, argument: str = "taus") -> np.ndarray:
+    arr = np.asarray(taus, dtype=np.float64)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{argument} must be a non-empty 1-D vector (one entry per worker); got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        raise ValueError(f"{argument} must be positive and finite; got {_short(arr)}")
+    return arr
+
+
+def _check_count(value, argument: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{argument} must be a positive integer (a schedule needs at least one event); got {value!r}")
+    return int(value)
+
+
+# --- the schedule -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Schedule:
+    """An explicit event sequence. All arrays have one entry per event, in processing order.
+
+    Attributes:
+      worker: int32, the worker whose job finished.
+      start: float64, the job's dispatch time.
+      finish: float64, the job's finish (arrival) time; non-decreasing.
+      version: int64, delivered arrivals processed before the job was dispatched.
+      delivered: bool, False where a failure lost the result.
+      round: int64, the barrier round of each event (−1 under asynchronous dispatch).
+      num_workers: n.
+      policy: ``"async"`` or ``"barrier"``.
+      mean_durations: float64 [n], the timing model's expected duration per worker: the τ_i
+        that theory and τ-aware step rules use.
+      description: a one-line human-readable summary of how it was built.
+    """
+
+    worker: np.ndarray
+    start: np.ndarray
+    finish: np.ndarray
+    version: np.ndarray
+    delivered: np.ndarray
+    round: np.ndarray
+    num_workers: int
+    policy: str
+    mean_durations: np.ndarray
+    description: str = ""
+
+    def __post_init__(self):
+        for name in ("worker", "start", "finish", "version", "delivered", "round"):
+            arr = getattr(self, name)
+            arr.setflags(write=False)
+        if self.num_events < 1:
+            raise ValueError("a schedule needs at least one event; got 0")
+
+    @property
+    def num_events(self) -> int:
+        return int(self.worker.shape[0])
+
+    @property
+    def staleness(self) -> np.ndarray:
+        """Delivered arrivals processed between each job's dispatch and its arrival."""
+        delivered_before = np.cumsum(self.delivered) - self.delivered
+        return (delivered_before - self.version).astype(np.int64)
+
+    @property
+    def durations(self) -> np.ndarray:
+        return self.finish - self.start
+
+    @property
+    def end_time(self) -> float:
+        return float(self.finish[-1])
+
+    def arrivals_per_worker(self, *, delivered_only: bool = True) -> np.ndarray:
+        mask = self.delivered if delivered_only else np.ones_like(self.delivered)
+        return np.bincount(self.worker[mask], minlength=self.num_workers)
+
+    def summary(self) -> dict:
+        st = self.staleness
+        return {
+            "policy": self.policy,
+            "description": self.description,
+            "num_workers": self.num_workers,
+            "num_events": self.num_events,
+            "end_time": self.end_time,
+            "delivered_fraction": float(np.mean(self.delivered)),
+            "mean_durations": self.mean_durations.tolist(),
+            "arrivals_per_worker": self.arrivals_per_worker().tolist(),
+            "staleness_mean": float(np.mean(st)),
+            "staleness_max": int(np.max(st)),
+        }
+
+    def digest(self) -> str:
+        """A hash of the event arrays: equal digests mean the same schedule."""
+        h = hashlib.sha256()
+        for arr in (self.worker, self.start, self.finish, self.version, self.delivered, self.round):
+            h.update(np.ascontiguousarray(arr).tobytes())
+        h.update(f"{self.num_workers}/{self.policy}".encode())
+        return h.hexdigest()[:16]
+
+
+# --- timing models ------------------------------------------------------------------------------
+
+
+class Timing(Protocol):
+    """How long jobs take: ``durations(J)`` gives an [n, J] table (job k of worker i)."""
+
+    num_workers: int
+    mean_durations: np.ndarray
+    exact_clock: bool  # True when job k of worker i finishes at exactly k·τ_i
+
+    def durations(self, jobs_per_worker: int) -> np.ndarray: ...
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FixedTiming:
+    """Fixed computation: every job of worker i takes exactly τ_i (specs/asgd.md §1)."""
+
+    taus: np.ndarray
+    exact_clock = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "taus", _check_taus(self.taus))
+
+    @property
+    def num_workers(self) -> int:
+        return int(self.taus.shape[0])
+
+    @property
+    def mean_durations(self) -> np.ndarray:
+        return self.taus
+
+    def durations(self, jobs_per_worker: int) -> np.ndarray:
+        return np.broadcast_to(self.taus[:, None], (self.num_workers, jobs_per_worker)).copy()
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RandomTiming:
+    """Random computation: job duration τ_i + η with η ≥ 0 drawn afresh for every job.
+
+    ``noise`` names η's distribution, with ``scale`` its scale (scalar or one per worker):
+      * ``exponential``: η ~ Exp with mean ``scale``;
+      * ``halfnormal``: η = |N(0, scale²)| (Ringleader's τ_i + |N(0, i)| is ``scale=sqrt(i)``);
+      * ``uniform``: η ~ U(0, scale);
+      * ``lognormal``: η = scale · exp(shape · Z − shape²/2), Z ~ N(0, 1), so E η = scale.
+    Draws come from ``numpy.random.default_rng((seed, i))``, one stream per worker.
+    """
+
+    taus: np.ndarray
+    noise: str = "exponential"
+    scale: object = 1.0
+    shape: float = 1.0
+    seed: int = 0
+    exact_clock = False
+
+    def __post_init__(self):
+        taus = _check_taus(self.taus)
+        object.__setattr__(self, "taus", taus)
+        if self.noise not in NOISE_KINDS:
+            raise ValueError(f"noise must be one of {NOISE_KINDS}; got {self.noise!r}")
+        scale = np.broadcast_to(np.asarray(self.scale, dtype=np.float64), taus.shape).copy()
+        if not np.all(np.isfinite(scale)) or np.any(scale < 0):
+            raise ValueError(f"scale must be finite and >= 0 (one value or one per worker); got {_short(scale)}")
+        object.__setattr__(self, "scale", scale)
+        if not (math.isfinite(self.shape) and self.shape > 0):
+            raise ValueError(f"shape must be positive and finite; got {self.shape!r}")
+
+    @property
+    def num_workers(self) -> int:
+        return int(self.taus.shape[0])
+
+    @property
+    def mean_durations(self) -> np.ndarray:
+        factor = {"exponential": 1.0, "halfnormal": math.sqrt(2 / math.pi), "uniform": 0.5, "lognormal": 1.0}
+        return self.taus + factor[self.noise] * self.scale
+
+    def durations(self, jobs_per_worker: int) -> np.ndarray:
+        out = np.empty((self.num_workers, jobs_per_worker))
+        for i in range(self.num_workers):
+            rng = np.random.default_rng((self.seed, i))
+            s = self.scale[i]
+            if self.noise == "exponential":
+                eta = rng.exponential(1.0, jobs_per_worker) * s
+            elif self.noise == "halfnormal":
+                eta = np.abs(rng.standard_normal(jobs_per_worker)) * s
+            elif self.noise == "uniform":
+                eta = rng.uniform(0.0, 1.0, jobs_per_worker) * s
+            else:
+                z = rng.standard_normal(jobs_per_worker)
+                eta = s * np.exp(self.shape * z - 0.5 * self.shape**2)
+            out[i] = self.taus[i] + eta
+        return out
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TraceTiming:
+    """Replay of recorded job durations: worker i's k-th job takes ``table[i][k]``."""
+
+    table: tuple
+    exact_clock = False
+
+    @property
+    def num_workers(self) -> int:
+        return len(self.table)
+
+    @property
+    def mean_durations(self) -> np.ndarray:
+        return np.array([np.mean(d) for d in self.table])
+
+    @property
+    def jobs_available(self) -> int:
+        return min(len(d) for d in self.table)
+
+    def durations(self, jobs_per_worker: int) -> np.ndarray:
+        if jobs_per_worker > max(len(d) for d in self.table):
+            raise ValueError("trace exhausted")
+        out = np.full((self.num_workers, jobs_per_worker), np.inf)
+        for i, d in enumerate(self.table):
+            k = min(len(d), jobs_per_worker)
+            out[i, :k] = d[:k]
+        return out
+
+
+# --- dispatch policies ------------------------------------------------------------------------
+
+
+def _versions_async(worker: np.ndarray, delivered: np.ndarray, num_workers: int) -> np.ndarray:
+    """version[e] = delivered arrivals up to and including the worker's previous arrival."""
+    delivered_through = np.cumsum(delivered)  # inclusive count after each event
+    version = np.zeros(worker.shape[0], dtype=np.int64)
+    last = np.full(num_workers, -1, dtype=np.int64)
+    # One pass: each event's job was dispatched at its worker's previous arrival.
+    prev = np.empty(worker.shape[0], dtype=np.int64)
+    for e, i in enumerate(worker):
+        prev[e] = last[i]
+        last[i] = e
+    has_prev = prev >= 0
+    version[has_prev] = delivered_through[prev[has_prev]]
+    return version
+
+
+def _versions_barrier(rounds: np.ndarray, delivered: np.ndarray) -> np.ndarray:
+    """version[e] = delivered arrivals in all rounds before e's round."""
+    per_round = np.bincount(rounds, weights=delivered.astype(np.float64)).astype(np.int64)
+    before = np.concatenate([[0], np.cumsum(per_round)[:-1]])
+    return before[rounds]
+
+
+def asynchronous(timing: Timing, *, num_events: int | None, description: str = "") -> Schedule:
+    """Asynchronous dispatch: each worker restarts the moment it reports.
+
+    Worker i's finish times are then the cumulative sums of its own durations (exactly k·τ_i
+    for fixed computation), independent of the others; the schedule is their merge, ordered by
+    (finish time, worker index). ``num_events=None`` is allowed for a trace only: every event
+    that ends no later than the moment the first worker runs out of recorded jobs.
+    """
+    n = timing.num_workers
+    is_trace = isinstance(timing, TraceTiming)
+    if num_events is not None or not is_trace:
+        num_events = _check_count(num_events, "num_events")
+    if is_trace:
+        jobs = max(len(d) for d in timing.table)
+    else:
+        rate = 1.0 / timing.mean_durations
+        jobs = int(math.ceil(num_events * rate.max() / rate.sum() * 1.25)) + 8
+    while True:
+        dur = timing.durations(jobs)
+        if timing.exact_clock:
+            ks = np.arange(1, jobs + 1, dtype=np.float64)
+            finish = ks[None, :] * timing.mean_durations[:, None]  # closed form k·τ_i
+            start = (ks - 1)[None, :] * timing.mean_durations[:, None]
+        else:
+            with np.errstate(invalid="ignore"):
+                finish = np.cumsum(dur, axis=1)
+                start = finish - dur
+        workers = np.broadcast_to(np.arange(n)[:, None], finish.shape)
+        order = np.lexsort((workers.ravel(), finish.ravel()))
+        if is_trace:
+            # Past the first worker's last recorded job, later events would need unrecorded jobs.
+            cut = min(float(np.sum(d)) for d in timing.table)
+            available = int(np.sum(finish <= cut))
+            if num_events is None:
+                num_events = available
+            elif num_events > available:
+                raise ValueError(
+                    f"num_events={num_events} exceeds what the trace supports: {available} events "
+                    "end before its first worker runs out of recorded jobs"
+                )
+            order = order[:num_events]
+            break
+        order = order[:num_events]
+        # Enough jobs per worker if every worker's last generated job ends after the cut-off.
+        if np.all(finish[:, -1] > finish.ravel()[order[-1]]):
+            break
+        jobs *= 2
+    worker = workers.ravel()[order].astype(np.int32)
+    delivered = np.ones(num_events, dtype=bool)
+    return Schedule(
+        worker=worker,
+        start=start.ravel()[order].copy(),
+        finish=finish.ravel()[order].copy(),
+        version=_versions_async(worker, delivered, n),
+        delivered=delivered,
+        round=np.full(num_events, -1, dtype=np.int64),
+        num_workers=n,
+        policy="async",
+        mean_durations=np.asarray(timing.mean_durations, dtype=np.float64).copy(),
+        description=description or f"async {type(timing).__name__}, {num_events} events",
+    )
+
+
+def barrier(timing: Timing, *, num_rounds: int, description: str = "") -> Schedule:
+    """Synchronous rounds: all n workers start together; the round ends when the last reports.
+
+    Round r starts at the previous round's last finish; its n events are ordered by (finish,
+    worker). Every event of a round carries the same version (the server steps between rounds).
+    """
+    num_rounds = _check_count(num_rounds, "num_rounds")
+    n = timing.num_workers
+    dur = timing.durations(num_rounds)  # [n, R]: worker i's duration in round r
+    if not np.all(np.isfinite(dur)):
+        raise ValueError(f"num_rounds={num_rounds} exceeds the rounds the trace records for every worker")
+    worker_l, start_l, finish_l, round_l = [], [], [], []
+    t = 0.0
+    for r in range(num_rounds):
+        fin = t + dur[:, r]
+        order = np.lexsort((np.arange(n), fin))
+        worker_l.append(order)
+        start_l.append(np.full(n, t))
+        finish_l.append(fin[order])
+        round_l.append(np.full(n, r))
+        t = float(fin.max())
+    rounds = np.concatenate(round_l).astype(np.int64)
+    delivered = np.ones(rounds.shape[0], dtype=bool)
+    return Schedule(
+        worker=np.concatenate(worker_l).astype(np.int32),
+        start=np.concatenate(start_l),
+        finish=np.concatenate(finish_l),
+        version=_versions_barrier(rounds, delivered),
+        delivered=delivered,
+        round=rounds,
+        num_workers=n,
+        policy="barrier",
+        mean_durations=np.asarray(timing.mean_durations, dtype=np.float64).copy(),
+        description=description or f"barrier {type(timing).__name__}, {num_rounds} rounds",
+    )
+
+
+# --- convenience constructors (the public names) ----------------------------------------------
+
+
+def fixed_computation(taus, *, num_events: int) -> Schedule:
+    """Asynchronous workers with fixed computation times: worker i reports at τ_i, 2τ_i, ...
+
+    Args:
+      taus: τ_i > 0, one per worker.
+      num_events: how many arrivals the schedule holds (≥ 1).
+    """
+    timing = FixedTiming(np.asarray(taus, dtype=np.float64))
+    return asynchronous(timing, num_events=num_events, description=f"fixed computation, τ={_short(timing.taus)}")
+
+
+def random_durations(
+    taus, *, num_events: int, noise: str = "exponential", scale=1.0, shape: float = 1.0, seed: int = 0
+) -> Schedule:
+    """Asynchronous workers whose every job takes τ_i + η (see :class:`RandomTiming`)."""
+    timing = RandomTiming(np.asarray(taus, dtype=np.float64), noise=noise, scale=scale, shape=shape, seed=seed)
+    return asynchronous(
+        timing,
+        num_events=num_events,
+        description=f"random durations τ+{noise}(scale), τ={_short(timing.taus)}, seed {seed}",
+    )
+
+
+def synchronous(taus, *, num_rounds: int, noise: str | None = None, scale=1.0, seed: int = 0) -> Schedule:
+    """Barrier rounds with fixed (``noise=None``) or random per-job durations."""
+    taus = np.asarray(taus, dtype=np.float64)
+    timing = FixedTiming(taus) if noise is None else RandomTiming(taus, noise=noise, scale=scale, seed=seed)
+    return barrier(timing, num_rounds=num_rounds)
+
+
+def read_trace(path: str | os.PathLike) -> TraceTiming:
+    """Read a CSV trace with columns ``worker`` and ``duration`` (one row per job, in order).
+
+    Workers are numbered 0..n−1; every worker from 0 to the largest index must appear.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"trace file {path!r} does not exist; expected a CSV with columns worker,duration")
+    with open(path, newline="") as fh:
+        reader = csv.DictReader(fh)
+        columns = reader.fieldnames or []
+        missing = [c for c in ("worker", "duration") if c not in columns]
+        if missing:
+            raise ValueError(
+                f"trace file {path!r} lacks column(s) {missing}; found {columns}, "
+                "expected a CSV header with at least: worker,duration"
+            )
+        per_worker: dict[int, list[float]] = {}
+        for line, row in enumerate(reader, start=2):
+            try:
+                w = int(row["worker"])
+                d = float(row["duration"])
+            except (TypeError, ValueError):
+                raise ValueError(f"trace file {path!r}, line {line}: worker must be an integer and duration a number; got {row}") from None
+            if w < 0:
+                raise ValueError(f"trace file {path!r}, line {line}: worker must be >= 0; got {w}")
+            if not (math.isfinite(d) and d > 0):
+                raise ValueError(f"trace file {path!r}, line {line}: duration must be positive and finite; got {d}")
+            per_worker.setdefault(w, []).append(d)
+    if not per_worker:
+        raise ValueError(f"trace file {path!r} has no rows; expected at least one job per worker")
+    n = max(per_worker) + 1
+    absent = [i for i in range(n) if i not in per_worker]
+    if absent:
+        raise ValueError(f"trace file {path!r} has no jobs for worker(s) {absent}; workers must be numbered 0..{n - 1}")
+    return TraceTiming(tuple(np.asarray(per_worker[i]) for i in range(n)))
+
+
+def from_trace(path: str | os.PathLike, *, num_events: int | None = None) -> Schedule:
+    """Asynchronous replay of a recorded trace (see :func:`read_trace`).
+
+    With ``num_events=None`` the schedule holds every event that finishes no later than the
+    moment the first worker runs out of recorded jobs (later events would need jobs the trace
+    does not have).
+    """
+    return asynchronous(read_trace(path), num_events=num_events, description=f"trace {os.fspath(path)}")
+
+
+def with_failures(
+    schedule: Schedule,
+    *,
+    probability: float = 0.0,
+    intervals: Sequence[tuple[int, float, float]] = (),
+    seed: int = 0,
+) -> Schedule:
+    """The same timing with some results lost.
+
+    Args:
+      probability: q ∈ [0, 1): each arrival is independently lost with probability q.
+      intervals: ``(worker, t0, t1)`` triples: worker's arrivals with ``t0 <= finish < t1`` are lost.
+      seed: seed of the Bernoulli draws.
+
+    A lost arrival changes nothing at the server; the worker starts its next job at the
+    server's current model (the server notices the loss and re-sends, as on a time-out).
+    """
+    q = float(probability)
+    if not (math.isfinite(q) and 0.0 <= q < 1.0):
+        raise ValueError(f"failure probability must be in [0, 1); got {probability!r}")
+    lost = np.random.default_rng(seed).random(schedule.num_events) < q
+    for item in intervals:
+        if len(item) != 3:
+            raise ValueError(f"each failure interval must be (worker, t0, t1); got {item!r}")
+        w, t0, t1 = item
+        if not (0 <= int(w) < schedule.num_workers):
+            raise ValueError(f"failure interval worker must be in [0, {schedule.num_workers}); got {w!r}")
+        if not (t0 < t1):
+            raise ValueError(f"failure interval needs t0 < t1; got ({t0}, {t1})")
+        lost |= (schedule.worker == int(w)) & (schedule.finish >= t0) & (schedule.finish < t1)
+    delivered = schedule.delivered & ~lost
+    if schedule.policy == "barrier":
+        version = _versions_barrier(schedule.round, delivered)
+    else:
+        version = _versions_async(schedule.worker, delivered, schedule.num_workers)
+    return dataclasses.replace(
+        schedule,
+        worker=schedule.worker.copy(),
+        start=schedule.start.copy(),
+        finish=schedule.finish.copy(),
+        round=schedule.round.copy(),
+        delivered=delivered,
+        version=version,
+        description=schedule.description + f"; failures q={q}, {len(intervals)} interval(s)",
+    )

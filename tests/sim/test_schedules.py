@@ -1,0 +1,148 @@
+import numpy as np
+import pytest
+
+from sim import schedules
+from sim.reference import heap_asgd
+
+
+def test_fixed_clock_is_k_tau():
+    taus = np.array([1.0, 2.5, 0.75, 4.0])
+    s = schedules.fixed_computation(taus, num_events=500)
+    for i, tau in enumerate(taus):
+        t = s.finish[s.worker == i]
+        k = np.arange(1, t.size + 1)
+        np.testing.assert_array_equal(t, k * tau)  # exact closed form, not approximately
+        np.testing.assert_array_equal(s.start[s.worker == i], (k - 1) * tau)
+    assert np.all(np.diff(s.finish) >= 0)
+    # Counts: worker i has floor(T/τ_i) arrivals by the last event time T (up to the tie cut).
+    T = s.end_time
+    counts = s.arrivals_per_worker()
+    assert np.all(np.abs(counts - np.floor(T / taus)) <= 1)
+
+
+def test_ties_go_to_lower_worker_index():
+    s = schedules.fixed_computation([2.0, 1.0, 2.0], num_events=8)
+    # t=1: w1; t=2: w0, w1, w2 (tie, by index); t=3: w1; t=4: w0, w1, w2
+    assert s.worker.tolist() == [1, 0, 1, 2, 1, 0, 1, 2]
+    assert s.finish.tolist() == [1, 2, 2, 2, 3, 4, 4, 4]
+
+
+def test_versions_and_staleness_by_hand():
+    s = schedules.fixed_computation([1.0, 3.0], num_events=6)
+    # events: t1 w0, t2 w0, t3 w0, t3 w1, t4 w0, t5 w0
+    assert s.worker.tolist() == [0, 0, 0, 1, 0, 0]
+    # w1's first job was dispatched at version 0 and arrives after 3 updates: staleness 3.
+    # w0's job arriving at t=4 was dispatched at t=3 before w1's t=3 arrival (tie rule): staleness 1.
+    assert s.version.tolist() == [0, 1, 2, 0, 3, 5]
+    assert s.staleness.tolist() == [0, 0, 0, 3, 1, 0]
+
+
+def test_event_order_matches_heap_simulation():
+    rng = np.random.default_rng(0)
+    timing = schedules.RandomTiming(np.array([1.0, 2.0, 3.0, 5.0]), noise="lognormal", scale=0.5, seed=3)
+    s = schedules.asynchronous(timing, num_events=400)
+    dur = timing.durations(400)
+    A = np.ones((4, 1))
+    _, trace = heap_asgd(A, np.zeros((4, 1)), np.zeros(1), dur, 400, lambda i, st: 0.0)
+    assert [w for _, w in trace] == s.worker.tolist()
+    np.testing.assert_array_equal([t for t, _ in trace], s.finish)
+    del rng
+
+
+@pytest.mark.parametrize("noise", schedules.NOISE_KINDS)
+def test_random_durations_have_stated_mean(noise):
+    taus = np.array([1.0, 4.0])
+    timing = schedules.RandomTiming(taus, noise=noise, scale=np.array([0.5, 2.0]), seed=1)
+    d = timing.durations(40000)
+    assert np.all(d >= taus[:, None])
+    np.testing.assert_allclose(d.mean(axis=1), timing.mean_durations, rtol=0.02)
+
+
+def test_random_schedule_is_reproducible_and_seeded():
+    a = schedules.random_durations([1.0, 2.0], num_events=100, seed=5)
+    b = schedules.random_durations([1.0, 2.0], num_events=100, seed=5)
+    c = schedules.random_durations([1.0, 2.0], num_events=100, seed=6)
+    assert a.digest() == b.digest() and a.digest() != c.digest()
+
+
+def test_barrier_rounds():
+    s = schedules.synchronous([1.0, 3.0, 2.0], num_rounds=3)
+    assert s.worker.tolist() == [0, 2, 1] * 3
+    np.testing.assert_array_equal(s.finish, [1, 2, 3, 4, 5, 6, 7, 8, 9])
+    np.testing.assert_array_equal(s.start, [0, 0, 0, 3, 3, 3, 6, 6, 6])
+    assert s.version.tolist() == [0, 0, 0, 3, 3, 3, 6, 6, 6]
+    assert s.round.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+
+
+def test_failures_by_interval_and_probability():
+    s = schedules.fixed_computation([1.0, 2.0], num_events=30)
+    f = schedules.with_failures(s, intervals=[(1, 3.0, 7.0)])
+    lost = ~f.delivered
+    assert set(zip(f.worker[lost].tolist(), f.finish[lost].tolist())) == {(1, 4.0), (1, 6.0)}
+    # Versions count delivered arrivals only: worker 0's job dispatched at its t=6 arrival saw
+    # w0's six arrivals and w1's at t=2 (w1's t=4 is lost; its t=6 comes after w0's by the tie rule).
+    e = np.flatnonzero((f.worker == 0) & (f.finish == 7.0))[0]
+    assert f.version[e] == 7
+    assert s.version[e] == 8
+    g = schedules.with_failures(s, probability=0.3, seed=0)
+    big = schedules.with_failures(schedules.fixed_computation([1.0], num_events=20000), probability=0.3, seed=0)
+    assert abs(np.mean(~big.delivered) - 0.3) < 0.015
+    assert g.worker.tolist() == s.worker.tolist()
+
+
+def test_trace_replay(tmp_path):
+    path = tmp_path / "trace.csv"
+    path.write_text("worker,duration\n0,1.0\n1,2.5\n0,1.5\n0,1.0\n1,1.0\n")
+    s = schedules.from_trace(path)
+    # w0 finishes at 1, 2.5, 3.5; w1 at 2.5, 3.5; cut = min(3.5, 3.5): all 5 events.
+    assert s.worker.tolist() == [0, 0, 1, 0, 1]
+    np.testing.assert_array_equal(s.finish, [1.0, 2.5, 2.5, 3.5, 3.5])
+    assert schedules.from_trace(path, num_events=2).num_events == 2
+    with pytest.raises(ValueError, match="exceeds what the trace supports"):
+        schedules.from_trace(path, num_events=6)
+
+
+# --- bad input: each error names the argument, the value and what is allowed ------------------
+
+
+@pytest.mark.parametrize("taus", [[1.0, 0.0, 2.0], [1.0, -1.0], [1.0, np.inf], [np.nan]])
+def test_bad_taus(taus):
+    with pytest.raises(ValueError, match="taus must be positive and finite"):
+        schedules.fixed_computation(taus, num_events=10)
+
+
+@pytest.mark.parametrize("num_events", [0, -3, 2.5, None])
+def test_zero_events(num_events):
+    with pytest.raises(ValueError, match="num_events must be a positive integer"):
+        schedules.fixed_computation([1.0], num_events=num_events)
+
+
+@pytest.mark.parametrize("q", [-0.1, 1.0, 1.5, float("nan")])
+def test_bad_failure_probability(q):
+    s = schedules.fixed_computation([1.0], num_events=5)
+    with pytest.raises(ValueError, match=r"failure probability must be in \[0, 1\)"):
+        schedules.with_failures(s, probability=q)
+
+
+def test_bad_noise_kind():
+    with pytest.raises(ValueError, match="noise must be one of"):
+        schedules.random_durations([1.0], num_events=5, noise="gamma")
+
+
+def test_trace_missing_column(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("worker,time\n0,1.0\n")
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['duration'\]"):
+        schedules.from_trace(path)
+
+
+def test_trace_negative_duration(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("worker,duration\n0,1.0\n0,-2\n")
+    with pytest.raises(ValueError, match="line 3: duration must be positive and finite; got -2.0"):
+        schedules.from_trace(path)
+
+
+def test_trace_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        schedules.from_trace(tmp_path / "nope.csv")

@@ -1,0 +1,29 @@
+"""Closed-form predictions and the checks that compare them with measurement.
+
+Plain math over arrays: imports neither ``sim`` nor ``algos``.
+"""
+
+from theory.checks import Check, format_table
+from theory.fixed_point import quadratic_fixed_point, quadratic_gap, weighted_minimiser
+from theory.weights import (
+    arithmetic_mean,
+    frequency_weights,
+    harmonic_mean,
+    implicit_weights,
+    measured_weights,
+    rescaled_stepsizes,
+)
+
+__all__ = [
+    "Check",
+    "arithmetic_mean",
+    "format_table",
+    "frequency_weights",
+    "harmonic_mean",
+    "implicit_weights",
+    "measured_weights",
+    "quadratic_fixed_point",
+    "quadratic_gap",
+    "rescaled_stepsizes",
+    "weighted_minimiser",
+]

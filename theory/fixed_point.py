@@ -1,0 +1,106 @@
+"""Where an ASGD-type method with implicit weights q settles: x_q, the minimiser of Σ q_i F_i.
+
+For quadratics F_i(x) = ½ (x − b_i)ᵀ A_i (x − b_i) it is closed form (specs/asgd.md §2.3):
+
+    x_q = (Σ_i q_i A_i)^{-1} Σ_i q_i A_i b_i.
+
+For other smooth strongly convex problems it is found by Newton's method on the weighted
+objective, from per-worker gradients and Hessians supplied as NumPy float64 arrays.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+
+def _weights(weights, n: int) -> np.ndarray:
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (n,):
+        raise ValueError(f"weights must have one entry per worker ({n}); got shape {w.shape}")
+    if not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
+        raise ValueError(f"weights must be finite, >= 0 and not all zero; got {w}")
+    return w / w.sum()
+
+
+def quadratic_fixed_point(A, b, weights) -> np.ndarray:
+    """x_q = (Σ q_i A_i)^{-1} Σ q_i A_i b_i.
+
+    Args:
+      A: [n, d, d] symmetric curvatures, or [n, d] diagonals.
+      b: [n, d] the local minimisers.
+      weights: [n] non-negative weights q (normalised here).
+    """
+    A = np.asarray(A, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if b.ndim != 2 or A.shape[:2] != b.shape or A.ndim not in (2, 3) or (A.ndim == 3 and A.shape[2] != b.shape[1]):
+        raise ValueError(
+            f"A must be [n, d, d] or [n, d] and b [n, d] with matching n and d; got A {A.shape}, b {b.shape}"
+        )
+    q = _weights(weights, b.shape[0])
+    if A.ndim == 2:
+        num = np.einsum("i,id,id->d", q, A, b)
+        den = np.einsum("i,id->d", q, A)
+        if np.any(den <= 0):
+            raise ValueError("Σ q_i A_i is singular: some coordinate has no curvature under these weights")
+        return num / den
+    M = np.einsum("i,ijk->jk", q, A)
+    rhs = np.einsum("i,ijk,ik->j", q, A, b)
+    return np.linalg.solve(M, rhs)
+
+
+def quadratic_gap(A, b, x) -> tuple[float, float]:
+    """F(x) − F* and ‖∇F(x)‖ for F = (1/n) Σ ½(x − b_i)ᵀA_i(x − b_i) (spec §2.3)."""
+    A = np.asarray(A, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    x = np.asarray(x, dtype=np.float64)
+    n = b.shape[0]
+    x_star = quadratic_fixed_point(A, b, np.ones(n))
+    e = x - x_star
+    Abar = np.mean(A, axis=0)
+    if A.ndim == 2:
+        return float(0.5 * e @ (Abar * e)), float(np.linalg.norm(Abar * e))
+    return float(0.5 * e @ Abar @ e), float(np.linalg.norm(Abar @ e))
+
+
+def weighted_minimiser(
+    local_derivatives: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
+    weights,
+    x0,
+    *,
+    tol: float = 1e-12,
+    max_iter: int = 100,
+) -> np.ndarray:
+    """Minimiser of Σ q_i F_i by damped Newton, for a smooth strongly convex problem.
+
+    Args:
+      local_derivatives: ``x -> (G, H)`` with G [n, d] the full local gradients ∇F_i(x) and
+        H [n, d, d] the local Hessians, in float64.
+      weights: [n] non-negative weights (normalised here).
+      x0: starting point [d].
+    Raises:
+      RuntimeError: when Newton does not reach ‖Σ q_i ∇F_i‖ ≤ tol in ``max_iter`` steps.
+    """
+    x = np.array(x0, dtype=np.float64)
+    G, H = local_derivatives(x)
+    q = _weights(weights, G.shape[0])
+    for _ in range(max_iter):
+        g = q @ G
+        if np.linalg.norm(g) <= tol:
+            return x
+        h = np.einsum("i,ijk->jk", q, H)
+        step = np.linalg.solve(h, g)
+        # Newton's step is a descent direction for a convex objective; halve it until the
+        # weighted gradient norm decreases (guards the first steps far from the optimum).
+        t = 1.0
+        for _ in range(50):
+            G_new, H_new = local_derivatives(x - t * step)
+            if np.linalg.norm(q @ G_new) < np.linalg.norm(g) or t < 1e-8:
+                break
+            t *= 0.5
+        x = x - t * step
+        G, H = G_new, H_new
+    if np.linalg.norm(q @ G) <= tol * 10:
+        return x
+    raise RuntimeError(f"Newton did not converge: ‖∇F_q‖ = {np.linalg.norm(q @ G):.3e} after {max_iter} steps")
