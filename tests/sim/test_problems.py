@@ -1,0 +1,91 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import sim
+import theory
+
+
+def test_quadratic_oracle_is_gradient_of_loss():
+    prob = sim.problems.random_quadratic(3, 4, seed=0)
+    x = jnp.asarray(np.linspace(-1, 2, 4))
+    for i in range(3):
+        loss, g = prob.fns.value_and_grad(prob.data, x, i, jax.random.key(0))
+        A, b = prob.curvature
+        assert np.isclose(loss, 0.5 * (x - b[i]) @ A[i] @ (x - b[i]), rtol=1e-13)
+        auto = jax.grad(lambda z: prob.fns.value_and_grad(prob.data, z, i, jax.random.key(0))[0])(x)
+        np.testing.assert_allclose(g, auto, rtol=1e-12)
+
+
+def test_quadratic_noise_is_isotropic_with_total_variance_sigma2():
+    sigma, d = 2.0, 5
+    prob = sim.problems.quadratic(np.ones((1, d)), np.zeros((1, d)), noise=sigma)
+    keys = jax.random.split(jax.random.key(0), 20000)
+    x = jnp.ones(d)
+    g = jax.vmap(lambda k: prob.fns.value_and_grad(prob.data, x, 0, k)[1])(keys)
+    noise = np.asarray(g) - 1.0
+    np.testing.assert_allclose(noise.mean(0), 0.0, atol=0.05)
+    np.testing.assert_allclose(np.cov(noise.T), sigma**2 / d * np.eye(d), atol=0.05)
+
+
+def test_minimiser_and_objective():
+    prob = sim.problems.random_quadratic(4, 3, seed=2)
+    g = jax.grad(prob.fns.objective, argnums=1)(prob.data, jnp.asarray(prob.minimiser))
+    assert np.linalg.norm(g) < 1e-12
+    assert prob.objective(jnp.asarray(prob.minimiser)) <= prob.objective(jnp.asarray(prob.minimiser) + 0.01)
+
+
+def test_logistic_minimiser_and_derivatives():
+    prob = sim.problems.synthetic_logistic(3, 30, 3, seed=1)
+    w = jnp.asarray(prob.minimiser)
+    assert np.linalg.norm(jax.grad(prob.fns.objective, argnums=1)(prob.data, w)) < 1e-10
+    x = np.linspace(-0.5, 0.5, 4)
+    G, H = prob.local_derivatives(x)
+    for i in range(3):
+        f = lambda z: prob.fns.local_objectives(prob.data, z)[i]
+        np.testing.assert_allclose(G[i], jax.grad(f)(jnp.asarray(x)), rtol=1e-10)
+        np.testing.assert_allclose(H[i], jax.hessian(f)(jnp.asarray(x)), rtol=1e-9)
+    # Minibatch gradients are unbiased for the full local gradient.
+    keys = jax.random.split(jax.random.key(0), 4000)
+    stoch = sim.problems.logistic_regression(np.asarray(prob.data["X"]), np.asarray(prob.data["y"]), batch_size=4, l2=1e-2)
+    g = jax.vmap(lambda k: stoch.fns.value_and_grad(stoch.data, jnp.asarray(x), 1, k)[1])(keys)
+    np.testing.assert_allclose(np.mean(g, 0), G[1], atol=0.03)
+    # Weighted minimiser: stationary for Σ q_i F_i
+    q = theory.frequency_weights([1.0, 2.0, 5.0])
+    xq = prob.weighted_minimiser(q)
+    assert np.linalg.norm(q @ prob.local_derivatives(xq)[0]) < 1e-10
+
+
+def test_logistic_split_flat_data():
+    X = np.random.default_rng(0).standard_normal((103, 2))
+    y = (X[:, 0] > 0).astype(float)
+    prob = sim.problems.logistic_regression(X, y, num_workers=4)
+    assert prob.data["X"].shape == (4, 25, 2)
+
+
+@pytest.mark.parametrize(
+    "A, b, match",
+    [
+        (np.ones((3, 2, 2)), np.zeros((2, 2)), r"A must be \[n, d, d\] \(dense\) or \[n, d\] \(diagonal\) with n=2, d=2"),
+        (np.array([[[1.0, 1.0], [0.0, 1.0]]]), np.zeros((1, 2)), "must be symmetric"),
+        (-np.ones((1, 2)), np.zeros((1, 2)), "diagonal curvatures A must be >= 0"),
+        (np.ones((2, 3)), np.zeros(3), r"b must be \[n, d\]"),
+        (np.zeros((2, 2)), np.zeros((2, 2)), "must be positive in every coordinate"),
+    ],
+)
+def test_quadratic_bad_input(A, b, match):
+    with pytest.raises(ValueError, match=match):
+        sim.problems.quadratic(A, b)
+
+
+def test_quadratic_bad_noise_and_x0():
+    with pytest.raises(ValueError, match="noise must be finite and >= 0; got -1"):
+        sim.problems.quadratic(np.ones((1, 2)), np.zeros((1, 2)), noise=-1)
+    with pytest.raises(ValueError, match=r"x0 must have shape \(2,\)"):
+        sim.problems.quadratic(np.ones((1, 2)), np.zeros((1, 2)), x0=[1.0, 2.0, 3.0])
+
+
+def test_logistic_bad_labels():
+    with pytest.raises(ValueError, match="labels must be in"):
+        sim.problems.logistic_regression(np.zeros((1, 3, 2)), np.array([[0.0, 1.0, 2.0]]))
