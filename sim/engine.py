@@ -90,6 +90,7 @@ class _Static:
     prob_fns: ProblemFns
     num_workers: int
     by_round: bool
+    record_params: bool = False
 
 
 def _tree_where(pred, new, old):
@@ -200,6 +201,8 @@ def _simulate(static: _Static, hparams, data, x0, key, ev, plan_events, targets)
         x = params_of(state)
         loss, grad = jax.value_and_grad(fns.objective, argnums=1)(data, x)
         out = {"loss": loss, "grad_norm": jnp.sqrt(sum(jnp.sum(g * g) for g in jax.tree.leaves(grad)))}
+        if static.record_params:
+            out["params"] = x
         for name, target in targets.items():
             out[f"dist_{name}"] = jnp.sqrt(sum(jnp.sum((a - b) ** 2) for a, b in zip(jax.tree.leaves(x), jax.tree.leaves(target))))
         return out
@@ -348,7 +351,8 @@ def _check_key(key, *, batched: bool):
         raise ValueError(f"key must be {want}; got {getattr(key, 'shape', key)!r}")
 
 
-def _prepare(alg, problem, schedule, *, hparams, log_every, block_size, targets, average_from, batched):
+def _prepare(alg, problem, schedule, *, hparams, log_every, block_size, targets, average_from, batched,
+             record_params=False):
     by_round = _validate(alg, problem, schedule)
     if not (0.0 <= float(average_from) < 1.0):
         raise ValueError(f"average_from must be in [0, 1) (a fraction of the run's end time); got {average_from!r}")
@@ -358,7 +362,7 @@ def _prepare(alg, problem, schedule, *, hparams, log_every, block_size, targets,
         log_every = max(1, schedule.num_events // 100)
     plan = plan_blocks(schedule, log_every=log_every, block_size=block_size, by_round=by_round)
     ev, window = _event_arrays(schedule, average_from, dtype)
-    static = _Static(alg.functions, problem.fns, problem.num_workers, by_round)
+    static = _Static(alg.functions, problem.fns, problem.num_workers, by_round, bool(record_params))
     return static, hp, H, plan, ev, window, _targets(problem, targets, dtype)
 
 
@@ -368,7 +372,7 @@ def _to_numpy(tree):
 
 def run(alg: Algorithm, problem: Problem, schedule: Schedule, *, key, hparams: Optional[dict] = None,
         log_every: Optional[int] = None, block_size: int | str = "auto", targets: Optional[dict] = None,
-        average_from: float = 0.5) -> RunResult:
+        average_from: float = 0.5, record_params: bool = False) -> RunResult:
     """Run ``alg`` on ``problem`` along ``schedule``.
 
     Args:
@@ -382,6 +386,7 @@ def run(alg: Algorithm, problem: Problem, schedule: Schedule, *, key, hparams: O
         schedule, 1 is the event-by-event engine.
       targets: named points whose distance to the server model is logged (``dist_<name>``).
       average_from: the tail average covers simulated time [average_from·T, T].
+      record_params: also log the server model itself at every log point (``metrics["params"]``).
 
     Returns:
       a :class:`RunResult`.
@@ -389,7 +394,7 @@ def run(alg: Algorithm, problem: Problem, schedule: Schedule, *, key, hparams: O
     _check_key(key, batched=False)
     static, hp, _, plan, ev, window, tg = _prepare(
         alg, problem, schedule, hparams=hparams, log_every=log_every, block_size=block_size,
-        targets=targets, average_from=average_from, batched=False)
+        targets=targets, average_from=average_from, batched=False, record_params=record_params)
     out = _simulate_jit(static, hp, problem.data, problem.x0, key, ev, jnp.asarray(plan.events), tg)
     out = _to_numpy(out)
     metrics = {**_host_metrics(schedule, plan), **out["metrics"]}
@@ -408,7 +413,7 @@ def run(alg: Algorithm, problem: Problem, schedule: Schedule, *, key, hparams: O
 
 def sweep(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys, hparams: Optional[dict] = None,
           log_every: Optional[int] = None, block_size: int | str = "auto", targets: Optional[dict] = None,
-          average_from: float = 0.5) -> RunResult:
+          average_from: float = 0.5, record_params: bool = False) -> RunResult:
     """Many runs in one compiled call: a grid of hyperparameter values × seeds.
 
     Args:
@@ -428,15 +433,18 @@ def sweep(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys, hparams
         hparams = {first: np.asarray(alg.hparams[first])[None]}
     static, hp, _, plan, ev, window, tg = _prepare(
         alg, problem, schedule, hparams=hparams, log_every=log_every, block_size=block_size,
-        targets=targets, average_from=average_from, batched=True)
+        targets=targets, average_from=average_from, batched=True, record_params=record_params)
     out = _to_numpy(_sweep_jit(static, hp, problem.data, problem.x0, keys, ev, jnp.asarray(plan.events), tg))
     host = _host_metrics(schedule, plan)
     bad = out["bad"]
     metrics = dict(host)
+    after = (bad[..., None] >= 0) & (host["events"][None, None, :] > bad[..., None])  # [H, S, logs]
+
+    def blank(v):
+        return np.where(after.reshape(after.shape + (1,) * (v.ndim - 3)), np.nan, v.astype(np.float64))
+
     for k, v in out["metrics"].items():
-        v = v.astype(np.float64)
-        after = (bad[..., None] >= 0) & (host["events"][None, None, :] > bad[..., None])
-        metrics[k] = np.where(after, np.nan, v)
+        metrics[k] = jax.tree.map(blank, v)
     if np.any(bad >= 0):
         warnings.warn(f"{int(np.sum(bad >= 0))} of {bad.size} runs diverged (see diverged_at); "
                       "their metrics are NaN after the divergence", RuntimeWarning, stacklevel=2)

@@ -1,0 +1,41 @@
+"""The `delaylab` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="delaylab", description="Check distributed-optimisation theory against simulation.")
+    sub = p.add_subparsers(dest="command", required=True)
+    v = sub.add_parser("verify", help="run the scenarios and print predicted vs measured (exit 0 iff all pass)")
+    v.add_argument("--json", action="store_true", help="print the checks as a JSON list instead of a table")
+    v.add_argument("--out", default="out/verify", help="folder for checks, figure and metadata (default: out/verify)")
+    v.add_argument("--no-out", action="store_true", help="write nothing to disk")
+    v.add_argument("--scenario", action="append", help="run only this scenario (repeatable); default: all")
+    v.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    v.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    return p
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "verify":
+        from delaylab import scenarios, verify
+
+        if args.list:
+            for s in scenarios.SCENARIOS:
+                print(f"{s.name:15s} {s.description}")
+            return 0
+        try:
+            return verify.run_verify(None if args.no_out else args.out, as_json=args.json,
+                                     names=args.scenario, quiet=args.quiet or args.json)
+        except ValueError as err:
+            print(f"delaylab verify: {err}", file=sys.stderr)
+            return 2
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

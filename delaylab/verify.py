@@ -1,0 +1,127 @@
+"""`delaylab verify`: run the scenarios, compare measured fixed points and weights with theory.
+
+For every scenario and every registered algorithm with a step rule:
+
+* the theory's implicit weights q (q_i ∝ γ_i/τ_i, specs/asgd.md §2.2) and fixed point x_q
+  (closed form for quadratics, Newton otherwise);
+* the measured fixed point x̄: the server model averaged over simulated time on the second
+  half of the run;
+* three checks: ‖x̄ − x_q‖ against 0, ‖x̄ − x*‖ against ‖x_q − x*‖, and the measured step-mass
+  share of the slowest worker against q.
+
+Tolerances. Fixed points: 10% of the vanilla bias ‖x_p − x*‖, the distance between the two
+candidate limits, so a pass says which of the two the method settled at (the O(γ) orbit
+offset and the noise of the tail average must both stay below it). Weights: 3% of the
+predicted weight (finite-horizon counts are within one arrival of T/τ_i).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from typing import Iterable
+
+import jax
+import numpy as np
+
+import sim
+import theory
+from delaylab import scenarios as scenario_lib
+from delaylab.registry import ALGORITHMS
+
+FIXED_POINT_TOLERANCE = 0.10  # fraction of the vanilla bias ‖x_p − x*‖
+WEIGHT_TOLERANCE = 0.03  # relative to the predicted weight
+
+
+@dataclasses.dataclass
+class ScenarioOutcome:
+    name: str
+    checks: list
+    seconds: float
+    bias: float
+
+
+def verify_scenario(sc: scenario_lib.Scenario, *, seed: int = 0) -> ScenarioOutcome:
+    started = time.perf_counter()
+    problem, schedule = sc.problem(), sc.schedule()
+    taus = schedule.mean_durations
+    x_star = np.asarray(problem.minimiser)
+    x_p = problem.weighted_minimiser(theory.frequency_weights(taus))
+    bias = float(np.linalg.norm(x_p - x_star))
+    tol = FIXED_POINT_TOLERANCE * bias
+    slowest = int(np.argmax(taus))
+    checks = []
+    for name, entry in ALGORITHMS.items():
+        q = entry.predicted_weights(sc.stepsize, taus)
+        x_q = problem.weighted_minimiser(q)
+        res = sim.run(entry.make(sc.stepsize, taus), problem, schedule, key=jax.random.key(seed),
+                      targets={"predicted": x_q})
+        if res.divergence is not None:
+            measured_point = np.full_like(x_star, np.nan)
+        else:
+            measured_point = np.asarray(res.tail_average, dtype=np.float64)
+        q_hat = theory.measured_weights(res.worker_stats["stepsize"])
+        checks += [
+            theory.Check(sc.name, name, "fixed point ‖x̄ − x_q‖", 0.0,
+                         float(np.linalg.norm(measured_point - x_q)), tol),
+            theory.Check(sc.name, name, "distance to optimum ‖x̄ − x*‖", float(np.linalg.norm(x_q - x_star)),
+                         float(np.linalg.norm(measured_point - x_star)), tol),
+            theory.Check(sc.name, name, f"weight q of slowest worker ({slowest})", float(q[slowest]),
+                         float(q_hat[slowest]), WEIGHT_TOLERANCE * float(q[slowest])),
+        ]
+    return ScenarioOutcome(sc.name, checks, time.perf_counter() - started, bias)
+
+
+def verify(names: Iterable[str] | None = None, *, progress=None) -> list[ScenarioOutcome]:
+    chosen = scenario_lib.SCENARIOS if not names else [scenario_lib.scenario(n) for n in names]
+    outcomes = []
+    for k, sc in enumerate(chosen, start=1):
+        if progress:
+            progress(f"[{k}/{len(chosen)}] {sc.name}: {sc.description}")
+        outcomes.append(verify_scenario(sc))
+        if progress:
+            ok = sum(c.passed for c in outcomes[-1].checks)
+            progress(f"        {ok}/{len(outcomes[-1].checks)} checks pass ({outcomes[-1].seconds:.1f} s)")
+    return outcomes
+
+
+def _progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run_verify(out_dir: str | None, *, as_json: bool, names=None, figure: bool = True, quiet: bool = False) -> int:
+    """The `delaylab verify` command. Returns the exit status (0 iff every check passes)."""
+    jax.config.update("jax_enable_x64", True)  # theory checks run in float64 (DESIGN.md, Numbers)
+    from sim import store
+
+    outcomes = verify(names, progress=None if quiet else _progress)
+    checks = [c for o in outcomes for c in o.checks]
+    rows = [c.as_dict() for c in checks]
+    if out_dir:
+        store.open_run_folder(out_dir, {"command": "verify", "scenarios": [o.name for o in outcomes],
+                                        "fixed_point_tolerance": FIXED_POINT_TOLERANCE,
+                                        "weight_tolerance": WEIGHT_TOLERANCE})
+        store.write_json(os.path.join(out_dir, "checks.json"), rows)
+        store.write_csv(os.path.join(out_dir, "checks.csv"), rows)
+        store.write_json(os.path.join(out_dir, "summary.json"), {
+            "checks": len(checks), "passed": sum(c.passed for c in checks),
+            "scenarios": {o.name: {"seconds": o.seconds, "vanilla_bias": o.bias} for o in outcomes}})
+        if figure:
+            from paper_figures import fig_a_bias_toy
+
+            fig_path = fig_a_bias_toy.write(out_dir)
+            if not quiet:
+                _progress(f"figure: {fig_path}")
+    if as_json:
+        import json
+
+        print(json.dumps(rows, indent=2))
+    else:
+        print(theory.format_table(checks))
+        failed = [c for c in checks if not c.passed]
+        print(f"\n{len(checks) - len(failed)} of {len(checks)} checks pass" + (f"; {len(failed)} FAIL" if failed else ""))
+        if out_dir:
+            print(f"results written to {out_dir}/")
+    return 0 if all(c.passed for c in checks) else 1

@@ -1,0 +1,123 @@
+"""Run folders: everything a run that leaves the process writes, in plain formats.
+
+A folder holds ``config.json`` (what was asked), ``environment.json`` (package versions, the
+git revision, the platform), ``summary.json``, metrics as ``metrics.npz`` and ``metrics.csv``
+(1-D series only) and whatever figures the caller adds. Files are written to a temporary name
+and renamed, so an interrupted write never leaves a half file. Nothing is pickled.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.metadata
+import io
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from typing import Mapping
+
+import numpy as np
+
+_PACKAGES = ("delaylab", "jax", "jaxlib", "flax", "optax", "numpy", "matplotlib")
+
+
+def git_revision() -> str:
+    """The source tree's git revision, with ``+dirty`` if it has uncommitted changes."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
+        if rev.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=10)
+        return rev.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def environment() -> dict:
+    versions = {}
+    for name in _PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    import jax
+
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "jax_backend": jax.default_backend(),
+        "x64": bool(jax.config.jax_enable_x64),
+        "packages": versions,
+        "git_revision": git_revision(),
+    }
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    folder = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _jsonable(obj):
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+def write_json(path: str, obj) -> None:
+    _atomic_write(path, (json.dumps(_jsonable(obj), indent=2, allow_nan=True) + "\n").encode())
+
+
+def write_csv(path: str, rows: list[dict]) -> None:
+    buf = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    _atomic_write(path, buf.getvalue().encode())
+
+
+def write_metrics(folder: str, metrics: Mapping[str, np.ndarray], *, name: str = "metrics") -> None:
+    """``<name>.npz`` with every array, ``<name>.csv`` with the 1-D series of equal length."""
+    arrays = {k: np.asarray(v) for k, v in metrics.items()}
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    _atomic_write(os.path.join(folder, f"{name}.npz"), buf.getvalue())
+    series = {k: v for k, v in arrays.items() if v.ndim == 1}
+    if series:
+        length = max(v.shape[0] for v in series.values())
+        cols = {k: v for k, v in series.items() if v.shape[0] == length}
+        rows = [{k: cols[k][i].item() for k in cols} for i in range(length)]
+        write_csv(os.path.join(folder, f"{name}.csv"), rows)
+
+
+def read_metrics(folder: str, *, name: str = "metrics") -> dict:
+    with np.load(os.path.join(folder, f"{name}.npz"), allow_pickle=False) as data:
+        return {k: data[k] for k in data.files}
+
+
+def open_run_folder(folder: str, config: Mapping) -> str:
+    """Create ``folder`` and write its ``config.json`` and ``environment.json``."""
+    os.makedirs(folder, exist_ok=True)
+    write_json(os.path.join(folder, "config.json"), config)
+    write_json(os.path.join(folder, "environment.json"), environment())
+    return folder
