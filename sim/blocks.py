@@ -15,13 +15,21 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import jax
 import numpy as np
 
 from sim.schedules import Schedule
 
-# Cost of one block, in units of one slot's worker computation: the fixed per-block overhead of
-# a scan step and a batched launch. Only used to pick the block size automatically.
-BLOCK_OVERHEAD = 4.0
+# Cost of one block, in units of one slot's worker computation, for a single run: the fixed
+# per-block overhead of a scan step and a batched launch, by JAX backend. Only used to pick the
+# block size automatically. When R runs are batched (a sweep), each slot already does R runs' work,
+# so the relative overhead is BLOCK_OVERHEAD / R.
+# CPU: 0, i.e. never pad. Measured (benchmarks/RESULTS.md): on a 2-core CPU, batching a block's
+# jobs costs as much as running them one by one (XLA:CPU gathers the per-worker data and runs the
+# batched products no faster), so padding slots is pure loss; blocks won only for d = 10 single
+# runs (1.4x), and lost 1.4-2.8x for d >= 100. Accelerators: 4, a guess not yet measured here.
+BLOCK_OVERHEAD = {"cpu": 0.0}
+BLOCK_OVERHEAD_DEFAULT = 4.0
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -78,13 +86,13 @@ def _round_blocks(rounds: np.ndarray, chunk_starts: np.ndarray) -> list[list[tup
     return out
 
 
-def _cost(natural, B: int) -> float:
+def _cost(natural, B: int, overhead: float) -> float:
     per_chunk = [sum(math.ceil((s - f) / B) for f, s in blocks) for blocks in natural]
-    return len(natural) * max(per_chunk) * (BLOCK_OVERHEAD + B)
+    return len(natural) * max(per_chunk) * (overhead + B)
 
 
 def plan_blocks(schedule: Schedule, *, log_every: int, block_size: int | str = "auto",
-                by_round: bool = False) -> BlockPlan:
+                by_round: bool = False, runs: int = 1) -> BlockPlan:
     """Cut ``schedule`` into chunks of ``log_every`` events and those into blocks.
 
     Args:
@@ -92,6 +100,7 @@ def plan_blocks(schedule: Schedule, *, log_every: int, block_size: int | str = "
       block_size: slots per block; ``"auto"`` picks the size that minimises the padded cost
         (blocks × (overhead + size)); 1 gives the event-by-event engine.
       by_round: blocks are whole barrier rounds (round-based algorithms).
+      runs: how many runs are batched together (a sweep's grid × seeds), for ``"auto"``.
     """
     E = schedule.num_events
     if isinstance(log_every, bool) or not isinstance(log_every, (int, np.integer)) or log_every < 1:
@@ -114,7 +123,8 @@ def plan_blocks(schedule: Schedule, *, log_every: int, block_size: int | str = "
         longest = max(s - f for blocks in natural for f, s in blocks)
         if block_size == "auto":
             candidates = sorted({1, longest} | {2**k for k in range(1, 12) if 2**k < longest})
-            B = min(candidates, key=lambda b: (_cost(natural, b), b))
+            overhead = BLOCK_OVERHEAD.get(jax.default_backend(), BLOCK_OVERHEAD_DEFAULT) / max(1, int(runs))
+            B = min(candidates, key=lambda b: (_cost(natural, b, overhead), b))
         else:
             if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or block_size < 1:
                 raise ValueError(f"block_size must be 'auto' or a positive integer; got {block_size!r}")

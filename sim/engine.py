@@ -91,6 +91,7 @@ class _Static:
     num_workers: int
     by_round: bool
     record_params: bool = False
+    batching: str = "vmap"  # how a block's worker jobs are batched: "vmap" or "map" (lax.map)
 
 
 def _tree_where(pred, new, old):
@@ -129,6 +130,10 @@ def _simulate(static: _Static, hparams, data, x0, key, ev, plan_events, targets)
 
             return work(hparams, point, oracle, k)
 
+        if static.batching == "map":
+            # One job after another: no batched gathers of per-worker data (faster on CPU when
+            # each worker's job reads its own large arrays, e.g. a dense A_i).
+            return e, w, jax.lax.map(lambda a: one(*a), (start_points, w, keys))
         return e, w, jax.vmap(one)(start_points, w, keys)
 
     # Stats the algorithm reports per arrival: discovered by abstract evaluation (no compute).
@@ -352,7 +357,7 @@ def _check_key(key, *, batched: bool):
 
 
 def _prepare(alg, problem, schedule, *, hparams, log_every, block_size, targets, average_from, batched,
-             record_params=False):
+             record_params=False, batching="vmap", num_keys=1):
     by_round = _validate(alg, problem, schedule)
     if not (0.0 <= float(average_from) < 1.0):
         raise ValueError(f"average_from must be in [0, 1) (a fraction of the run's end time); got {average_from!r}")
@@ -360,9 +365,12 @@ def _prepare(alg, problem, schedule, *, hparams, log_every, block_size, targets,
     hp, H = _prepare_hparams(alg, hparams, dtype, batched=batched, num_workers=problem.num_workers)
     if log_every is None:
         log_every = max(1, schedule.num_events // 100)
-    plan = plan_blocks(schedule, log_every=log_every, block_size=block_size, by_round=by_round)
+    if batching not in ("vmap", "map"):
+        raise ValueError(f"batching must be 'vmap' or 'map'; got {batching!r}")
+    runs = (H or 1) * num_keys  # runs batched together: the block-size choice depends on it
+    plan = plan_blocks(schedule, log_every=log_every, block_size=block_size, by_round=by_round, runs=runs)
     ev, window = _event_arrays(schedule, average_from, dtype)
-    static = _Static(alg.functions, problem.fns, problem.num_workers, by_round, bool(record_params))
+    static = _Static(alg.functions, problem.fns, problem.num_workers, by_round, bool(record_params), batching)
     return static, hp, H, plan, ev, window, _targets(problem, targets, dtype)
 
 
@@ -372,7 +380,7 @@ def _to_numpy(tree):
 
 def run(alg: Algorithm, problem: Problem, schedule: Schedule, *, key, hparams: Optional[dict] = None,
         log_every: Optional[int] = None, block_size: int | str = "auto", targets: Optional[dict] = None,
-        average_from: float = 0.5, record_params: bool = False) -> RunResult:
+        average_from: float = 0.5, record_params: bool = False, batching: str = "vmap") -> RunResult:
     """Run ``alg`` on ``problem`` along ``schedule``.
 
     Args:
@@ -387,6 +395,8 @@ def run(alg: Algorithm, problem: Problem, schedule: Schedule, *, key, hparams: O
       targets: named points whose distance to the server model is logged (``dist_<name>``).
       average_from: the tail average covers simulated time [average_from·T, T].
       record_params: also log the server model itself at every log point (``metrics["params"]``).
+      batching: how a block's worker jobs run: ``"vmap"`` (batched) or ``"map"`` (``lax.map``,
+        one after another; see benchmarks/RESULTS.md for when each is faster).
 
     Returns:
       a :class:`RunResult`.
@@ -394,7 +404,8 @@ def run(alg: Algorithm, problem: Problem, schedule: Schedule, *, key, hparams: O
     _check_key(key, batched=False)
     static, hp, _, plan, ev, window, tg = _prepare(
         alg, problem, schedule, hparams=hparams, log_every=log_every, block_size=block_size,
-        targets=targets, average_from=average_from, batched=False, record_params=record_params)
+        targets=targets, average_from=average_from, batched=False, record_params=record_params,
+        batching=batching)
     out = _simulate_jit(static, hp, problem.data, problem.x0, key, ev, jnp.asarray(plan.events), tg)
     out = _to_numpy(out)
     metrics = {**_host_metrics(schedule, plan), **out["metrics"]}
@@ -413,7 +424,7 @@ def run(alg: Algorithm, problem: Problem, schedule: Schedule, *, key, hparams: O
 
 def sweep(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys, hparams: Optional[dict] = None,
           log_every: Optional[int] = None, block_size: int | str = "auto", targets: Optional[dict] = None,
-          average_from: float = 0.5, record_params: bool = False) -> RunResult:
+          average_from: float = 0.5, record_params: bool = False, batching: str = "vmap") -> RunResult:
     """Many runs in one compiled call: a grid of hyperparameter values × seeds.
 
     Args:
@@ -433,7 +444,8 @@ def sweep(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys, hparams
         hparams = {first: np.asarray(alg.hparams[first])[None]}
     static, hp, _, plan, ev, window, tg = _prepare(
         alg, problem, schedule, hparams=hparams, log_every=log_every, block_size=block_size,
-        targets=targets, average_from=average_from, batched=True, record_params=record_params)
+        targets=targets, average_from=average_from, batched=True, record_params=record_params,
+        batching=batching, num_keys=len(keys))
     out = _to_numpy(_sweep_jit(static, hp, problem.data, problem.x0, keys, ev, jnp.asarray(plan.events), tg))
     host = _host_metrics(schedule, plan)
     bad = out["bad"]

@@ -230,3 +230,26 @@ def test_bad_key_and_unknown_hparam():
         sim.run(algos.asgd(stepsize=0.1), prob, sched, key=jax.random.split(jax.random.key(0), 2))
     with pytest.raises(ValueError, match=r"unknown hyperparameters \['lr'\]; allowed: \['stepsize'\]"):
         sim.run(algos.asgd(stepsize=0.1), prob, sched, key=jax.random.key(0), hparams={"lr": 0.1})
+
+
+def test_lax_map_batching_equals_vmap():
+    prob = sim.problems.synthetic_least_squares(5, 20, 3, batch_size=4, seed=0)
+    sched = schedules.fixed_computation([1.0, 1.2, 1.4, 1.6, 1.8], num_events=300)
+    alg = algos.asgd(stepsize=0.1)
+    a = sim.run(alg, prob, sched, key=jax.random.key(0), block_size=5, batching="vmap")
+    b = sim.run(alg, prob, sched, key=jax.random.key(0), block_size=5, batching="map")
+    assert rel_err(a.params, b.params) < 1e-12
+    with pytest.raises(ValueError, match="batching must be 'vmap' or 'map'"):
+        sim.run(alg, prob, sched, key=jax.random.key(0), batching="pmap")
+
+
+def test_least_squares_is_the_quadratic_it_claims():
+    prob = sim.problems.synthetic_least_squares(3, 10, 4, seed=1)
+    A, b = prob.curvature
+    x = np.linspace(-1, 1, 4)
+    for i in range(3):
+        _, g = prob.fns.value_and_grad(prob.data, jnp.asarray(x), i, jax.random.key(0))
+        np.testing.assert_allclose(g, A[i] @ (x - b[i]), rtol=1e-9, atol=1e-12)
+    import theory
+
+    np.testing.assert_allclose(prob.minimiser, theory.quadratic_fixed_point(A, b, np.ones(3)), rtol=1e-9)

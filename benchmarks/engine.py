@@ -1,0 +1,146 @@
+"""Engine throughput against a plain NumPy heap simulator, in one process.
+
+    python -m benchmarks.engine            # d = 10, 100, 1000 and the block-engine comparison
+    python -m benchmarks.engine --quick    # d = 100 only (under a minute on 2 cores)
+
+Workloads (vanilla ASGD, n = 16 workers with τ_i spread evenly over [1, 2], float32):
+  * ``quadratic``: ``sim.problems.quadratic`` with dense A_i and additive Gaussian gradient
+    noise (σ = 1), the problem of the public API;
+  * ``least-squares``: ``sim.problems.least_squares``, the same kind of heterogeneous quadratic
+    with noise from sampling 8 rows per gradient (Mishchenko et al.'s setting).
+The engine runs 256 seeds as one compiled ``sim.sweep``; the reference (``sim.reference.heap_asgd``,
+the same arithmetic in NumPy float32) runs the same seeds one after another. Compilation is
+excluded (a warm-up call with other keys comes first). The reference stops after a time budget
+once it has run at least one seed; its rate is events processed / seconds, which is what the
+ratio compares.
+
+The last line printed is the d = 100 ratio of the ``quadratic`` workload, as ``<ratio>x``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+
+import jax
+import numpy as np
+
+import algos
+import sim
+from sim import schedules
+from sim.reference import heap_asgd
+
+N_WORKERS = 16
+SEEDS = 256
+EVENTS = {10: 4000, 100: 2000, 1000: 400}
+REFERENCE_BUDGET_S = 4.0
+
+
+def _taus() -> np.ndarray:
+    return np.linspace(1.0, 2.0, N_WORKERS)
+
+
+def _workload(kind: str, dim: int):
+    if kind == "quadratic":
+        prob = sim.problems.random_quadratic(N_WORKERS, dim, noise=1.0, seed=0, dtype=np.float32)
+        A, b = (np.asarray(a, np.float32) for a in prob.curvature)
+
+        def reference(seed, dur, events):
+            return heap_asgd(A, b, np.zeros(dim, np.float32), dur, events, lambda i, st: np.float32(0.01),
+                             noise=1.0, rng=np.random.default_rng(seed))
+    else:
+        prob = sim.problems.synthetic_least_squares(N_WORKERS, 512, dim, batch_size=8, seed=0, dtype=np.float32)
+        M, y = np.asarray(prob.data["M"]), np.asarray(prob.data["y"])
+
+        def reference(seed, dur, events):
+            rng = np.random.default_rng(seed)
+
+            def grad(_A, _b, i, x):
+                idx = rng.integers(0, M.shape[1], 8)
+                Mb = M[i][idx]
+                return Mb.T @ (Mb @ x - y[i][idx]) / 8
+
+            return heap_asgd(M, y, np.zeros(dim, np.float32), dur, events, lambda i, st: np.float32(0.01),
+                             gradient=grad)
+    return prob, reference
+
+
+def bench_sweep(dim: int, kind: str = "quadratic") -> dict:
+    events = EVENTS[dim]
+    prob, reference = _workload(kind, dim)
+    sched = schedules.fixed_computation(_taus(), num_events=events)
+    alg = algos.asgd(stepsize=0.01)
+    keys = jax.random.split(jax.random.key(1), SEEDS)
+    hp = {"stepsize": np.array([0.01])}
+    warm = sim.sweep(alg, prob, sched, keys=jax.random.split(jax.random.key(2), SEEDS), hparams=hp, log_every=events // 10)
+    jax.block_until_ready(warm.params)
+    t0 = time.perf_counter()
+    out = sim.sweep(alg, prob, sched, keys=keys, hparams=hp, log_every=events // 10)
+    jax.block_until_ready(out.params)
+    t_jax = time.perf_counter() - t0
+    jax_rate = SEEDS * events / t_jax
+
+    dur = np.broadcast_to(_taus()[:, None], (N_WORKERS, events + 1))
+    t0 = time.perf_counter()
+    done = 0
+    for seed in range(SEEDS):
+        reference(seed, dur, events)
+        done += 1
+        if time.perf_counter() - t0 > REFERENCE_BUDGET_S:
+            break
+    t_ref = time.perf_counter() - t0
+    ref_rate = done * events / t_ref
+    return {"kind": kind, "d": dim, "events": events, "jax_s": t_jax, "jax_events_per_s": jax_rate, "ref_seeds": done,
+            "ref_events_per_s": ref_rate, "ratio": jax_rate / ref_rate, "block_size": out.block_size,
+            "mean_fill": out.mean_fill}
+
+
+def bench_blocks(dim: int = 1000, events: int = 2000) -> list[dict]:
+    """Logistic regression, 16 workers, d = 1000, one run: block engine against event-by-event."""
+    prob = sim.problems.synthetic_logistic(N_WORKERS, 256, dim - 1, batch_size=32, seed=0, dtype=np.float32)
+    sched = schedules.fixed_computation(_taus(), num_events=events)
+    alg = algos.asgd(stepsize=0.05)
+    rows = []
+    for batching in ("vmap", "map"):
+        times = {}
+        for bs in ("auto", 1):
+            kw = dict(block_size=bs, log_every=events // 10, batching=batching)
+            jax.block_until_ready(sim.run(alg, prob, sched, key=jax.random.key(9), **kw).params)  # compile
+            t0 = time.perf_counter()
+            res = sim.run(alg, prob, sched, key=jax.random.key(0), **kw)
+            jax.block_until_ready(res.params)
+            times[bs] = time.perf_counter() - t0
+            if bs == "auto":
+                fill, size = res.mean_fill, res.block_size
+        rows.append({"batching": batching, "d": dim, "events": events, "block_s": times["auto"], "event_s": times[1],
+                     "speedup": times[1] / times["auto"], "block_size": size, "mean_fill": fill})
+    return rows
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="only d = 100 (under a minute)")
+    args = parser.parse_args(argv)
+    print(f"machine: {platform.processor() or platform.machine()}, {__import__('os').cpu_count()} CPUs, "
+          f"jax {jax.__version__} ({jax.default_backend()})")
+    dims = [100] if args.quick else [10, 100, 1000]
+    results = {}
+    for kind in ("least-squares", "quadratic"):
+        for d in dims:
+            r = bench_sweep(d, kind)
+            results[kind, d] = r
+            print(f"{kind:13s} d={d:5d}: {SEEDS} seeds x {r['events']} events in {r['jax_s']:.2f} s = "
+                  f"{r['jax_events_per_s']:.3g} ev/s (block {r['block_size']}, fill {r['mean_fill']:.2f}); "
+                  f"numpy heap {r['ref_events_per_s']:.3g} ev/s over {r['ref_seeds']} seeds; ratio {r['ratio']:.1f}x",
+                  flush=True)
+    if not args.quick:
+        for b in bench_blocks():
+            print(f"logistic d={b['d']}, n={N_WORKERS}, {b['events']} events, {b['batching']}: block engine "
+                  f"{b['block_s']:.3f} s (block size {b['block_size']}, mean fill {b['mean_fill']:.2f}), "
+                  f"event-by-event {b['event_s']:.3f} s, speedup {b['speedup']:.2f}x", flush=True)
+    print(f"{results['quadratic', 100]['ratio']:.1f}x")
+
+
+if __name__ == "__main__":
+    main()
