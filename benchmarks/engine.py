@@ -10,9 +10,9 @@ Workloads (vanilla ASGD, n = 16 workers with τ_i spread evenly over [1, 2], flo
     with noise from sampling 8 rows per gradient (Mishchenko et al.'s setting).
 The engine runs 256 seeds as one compiled ``sim.sweep``; the reference (``sim.reference.heap_asgd``,
 the same arithmetic in NumPy float32) runs the same seeds one after another. Compilation is
-excluded (a warm-up call with other keys comes first). The reference stops after a time budget
-once it has run at least one seed; its rate is events processed / seconds, which is what the
-ratio compares.
+excluded (a warm-up call with other keys comes first); the engine's time is the best of 3 calls. The reference runs seeds one after
+another for three time budgets of 2 s each (at least one seed each); its rate is the best of the
+three, in events processed per second, which is what the ratio compares.
 
 The last line printed is the d = 100 ratio of the ``quadratic`` workload, as ``<ratio>x``.
 """
@@ -34,7 +34,8 @@ from sim.reference import heap_asgd
 N_WORKERS = 16
 SEEDS = 256
 EVENTS = {10: 4000, 100: 2000, 1000: 400}
-REFERENCE_BUDGET_S = 4.0
+REFERENCE_BUDGET_S = 6.0
+REPEATS = 3
 
 
 def _taus() -> np.ndarray:
@@ -75,22 +76,24 @@ def bench_sweep(dim: int, kind: str = "quadratic") -> dict:
     hp = {"stepsize": np.array([0.01])}
     warm = sim.sweep(alg, prob, sched, keys=jax.random.split(jax.random.key(2), SEEDS), hparams=hp, log_every=events // 10)
     jax.block_until_ready(warm.params)
-    t0 = time.perf_counter()
-    out = sim.sweep(alg, prob, sched, keys=keys, hparams=hp, log_every=events // 10)
-    jax.block_until_ready(out.params)
-    t_jax = time.perf_counter() - t0
+    t_jax = float("inf")
+    for _ in range(REPEATS):  # best of REPEATS: this shared 2-core machine is noisy
+        t0 = time.perf_counter()
+        out = sim.sweep(alg, prob, sched, keys=keys, hparams=hp, log_every=events // 10)
+        jax.block_until_ready(out.params)
+        t_jax = min(t_jax, time.perf_counter() - t0)
     jax_rate = SEEDS * events / t_jax
 
     dur = np.broadcast_to(_taus()[:, None], (N_WORKERS, events + 1))
-    t0 = time.perf_counter()
-    done = 0
-    for seed in range(SEEDS):
-        reference(seed, dur, events)
-        done += 1
-        if time.perf_counter() - t0 > REFERENCE_BUDGET_S:
-            break
-    t_ref = time.perf_counter() - t0
-    ref_rate = done * events / t_ref
+    ref_rate, done = 0.0, 0
+    for _ in range(REPEATS):  # best rate over REPEATS budgets, seeds continuing where they stopped
+        t0, start = time.perf_counter(), done
+        while done < SEEDS * REPEATS:
+            reference(done, dur, events)
+            done += 1
+            if time.perf_counter() - t0 > REFERENCE_BUDGET_S / REPEATS:
+                break
+        ref_rate = max(ref_rate, (done - start) * events / (time.perf_counter() - t0))
     return {"kind": kind, "d": dim, "events": events, "jax_s": t_jax, "jax_events_per_s": jax_rate, "ref_seeds": done,
             "ref_events_per_s": ref_rate, "ratio": jax_rate / ref_rate, "block_size": out.block_size,
             "mean_fill": out.mean_fill}

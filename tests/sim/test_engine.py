@@ -253,3 +253,14 @@ def test_least_squares_is_the_quadratic_it_claims():
     import theory
 
     np.testing.assert_allclose(prob.minimiser, theory.quadratic_fixed_point(A, b, np.ones(3)), rtol=1e-9)
+
+
+def test_random_stream_does_not_depend_on_global_threefry_setting():
+    prob = sim.problems.random_quadratic(3, 4, noise=1.0, seed=0)
+    sched = schedules.fixed_computation([1.0, 2.0, 3.0], num_events=200)
+    alg = algos.asgd(stepsize=0.05)
+    outs = []
+    for flag in (True, False):
+        with jax.threefry_partitionable(flag):
+            outs.append(sim.run(alg, prob, sched, key=jax.random.key(4)).params)
+    assert np.array_equal(outs[0], outs[1])
