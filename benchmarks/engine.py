@@ -99,6 +99,43 @@ def bench_sweep(dim: int, kind: str = "quadratic") -> dict:
             "mean_fill": out.mean_fill}
 
 
+def bench_floor(dim: int) -> dict:
+    """Lower bounds on the engine's time for the ``quadratic`` workload, measured here: the same
+    Gaussian draws (``normal(fold_in(key, e), (d,))`` for 256 keys per event) and the same dense
+    products (256 points × one A_i per event), each alone in a jitted scan, nothing else."""
+    import jax.numpy as jnp
+
+    events = EVENTS[dim]
+    keys = jax.random.split(jax.random.key(0), SEEDS)
+    A = jnp.asarray(np.random.default_rng(0).standard_normal((N_WORKERS, dim, dim)), jnp.float32)
+    order = jnp.asarray(schedules.fixed_computation(_taus(), num_events=events).worker)
+
+    @jax.jit
+    def draws(keys):
+        def step(c, e):
+            v = jax.vmap(lambda k: jax.random.normal(jax.random.fold_in(k, e), (dim,), jnp.float32))(keys)
+            return c + v, None
+        return jax.lax.scan(step, jnp.zeros((SEEDS, dim), jnp.float32), jnp.arange(events))[0]
+
+    @jax.jit
+    def products(X):
+        def step(X, w):
+            return X - 0.001 * (X @ A[w].T), None
+        return jax.lax.scan(step, X, order)[0]
+
+    out = {}
+    for name, fn, arg in (("draws_s", draws, keys), ("products_s", products, jnp.zeros((SEEDS, dim), jnp.float32))):
+        jax.block_until_ready(fn(arg))
+        best = float("inf")
+        for _ in range(REPEATS):
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn(arg))
+            best = min(best, time.perf_counter() - t0)
+        out[name] = best
+    out["max_events_per_s"] = SEEDS * events / (out["draws_s"] + out["products_s"])
+    return out
+
+
 def bench_blocks(dim: int = 1000, events: int = 2000) -> list[dict]:
     """Logistic regression, 16 workers, d = 1000, one run: block engine against event-by-event."""
     prob = sim.problems.synthetic_logistic(N_WORKERS, 256, dim - 1, batch_size=32, seed=0, dtype=np.float32)
@@ -137,6 +174,12 @@ def main(argv=None) -> None:
                   f"{r['jax_events_per_s']:.3g} ev/s (block {r['block_size']}, fill {r['mean_fill']:.2f}); "
                   f"numpy heap {r['ref_events_per_s']:.3g} ev/s over {r['ref_seeds']} seeds; ratio {r['ratio']:.1f}x",
                   flush=True)
+    floor = bench_floor(100)
+    q = results["quadratic", 100]
+    print(f"quadratic d=  100 floor: the Gaussian draws alone take {floor['draws_s']:.2f} s and the dense products "
+          f"alone {floor['products_s']:.2f} s (engine: {q['jax_s']:.2f} s), so no engine on this machine exceeds "
+          f"{floor['max_events_per_s']:.3g} ev/s = {floor['max_events_per_s'] / q['ref_events_per_s']:.1f}x this reference",
+          flush=True)
     if not args.quick:
         for b in bench_blocks():
             print(f"logistic d={b['d']}, n={N_WORKERS}, {b['events']} events, {b['batching']}: block engine "

@@ -41,6 +41,8 @@ class ScenarioOutcome:
     checks: list
     seconds: float
     bias: float
+    schedule: dict  # the schedule's summary
+    metrics: dict  # algorithm name -> that run's metrics (per log point)
 
 
 def verify_scenario(sc: scenario_lib.Scenario, *, seed: int = 0) -> ScenarioOutcome:
@@ -53,6 +55,7 @@ def verify_scenario(sc: scenario_lib.Scenario, *, seed: int = 0) -> ScenarioOutc
     tol = FIXED_POINT_TOLERANCE * bias
     slowest = int(np.argmax(taus))
     checks = []
+    metrics = {}
     for name, entry in ALGORITHMS.items():
         q = entry.predicted_weights(sc.stepsize, taus)
         x_q = problem.weighted_minimiser(q)
@@ -63,6 +66,7 @@ def verify_scenario(sc: scenario_lib.Scenario, *, seed: int = 0) -> ScenarioOutc
         else:
             measured_point = np.asarray(res.tail_average, dtype=np.float64)
         q_hat = theory.measured_weights(res.worker_stats["stepsize"])
+        metrics[name] = res.metrics
         checks += [
             theory.Check(sc.name, name, "fixed point ‖x̄ − x_q‖", 0.0,
                          float(np.linalg.norm(measured_point - x_q)), tol),
@@ -71,7 +75,7 @@ def verify_scenario(sc: scenario_lib.Scenario, *, seed: int = 0) -> ScenarioOutc
             theory.Check(sc.name, name, f"weight q of slowest worker ({slowest})", float(q[slowest]),
                          float(q_hat[slowest]), WEIGHT_TOLERANCE * float(q[slowest])),
         ]
-    return ScenarioOutcome(sc.name, checks, time.perf_counter() - started, bias)
+    return ScenarioOutcome(sc.name, checks, time.perf_counter() - started, bias, schedule.summary(), metrics)
 
 
 def verify(names: Iterable[str] | None = None, *, progress=None) -> list[ScenarioOutcome]:
@@ -107,7 +111,13 @@ def run_verify(out_dir: str | None, *, as_json: bool, names=None, figure: bool =
         store.write_csv(os.path.join(out_dir, "checks.csv"), rows)
         store.write_json(os.path.join(out_dir, "summary.json"), {
             "checks": len(checks), "passed": sum(c.passed for c in checks),
-            "scenarios": {o.name: {"seconds": o.seconds, "vanilla_bias": o.bias} for o in outcomes}})
+            "scenarios": {o.name: {"seconds": o.seconds, "vanilla_bias": o.bias, "schedule": o.schedule}
+                          for o in outcomes}})
+        runs_dir = os.path.join(out_dir, "runs")
+        os.makedirs(runs_dir, exist_ok=True)
+        for o in outcomes:
+            for alg_name, m in o.metrics.items():
+                store.write_metrics(runs_dir, m, name=f"{o.name}-{alg_name}")
         if figure:
             from paper_figures import fig_a_bias_toy
 

@@ -27,6 +27,11 @@ def test_verify_all_scenarios_pass_and_json_shape(capsys, tmp_path):
     for name in ("checks.json", "checks.csv", "config.json", "environment.json", "summary.json", "fig_a.png", "fig_a.csv", "fig_a.txt"):
         assert os.path.getsize(tmp_path / "v" / name) > 0
     assert "holds here" in (tmp_path / "v" / "fig_a.txt").read_text()
+    from sim import store
+
+    m = store.read_metrics(str(tmp_path / "v" / "runs"), name="tau-i-asgd")
+    assert m["loss"].shape == m["time"].shape and m["updates_per_worker"].shape[1] == 4
+    assert "loss" in (tmp_path / "v" / "runs" / "tau-i-asgd.csv").read_text().splitlines()[0]
 
 
 def test_verify_table_and_scenario_selection(capsys):
