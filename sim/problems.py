@@ -88,6 +88,16 @@ def sample_indices(key, count: int, size: int) -> jax.Array:
     return (jax.random.bits(key, (count,), jnp.uint32) % jnp.uint32(size)).astype(jnp.int32)
 
 
+def worker_batch(data, inputs: str, targets: str, worker, key, batch_size: Optional[int]):
+    """Worker ``worker``'s examples: its whole shard (``batch_size=None``), or ``batch_size`` rows
+    drawn with replacement. Rows are indexed directly (``X[worker, idx]``): under ``vmap``,
+    ``X[worker][idx]`` would first copy every worker's whole shard."""
+    if batch_size is None:
+        return data[inputs][worker], data[targets][worker]
+    idx = sample_indices(key, batch_size, data[inputs].shape[1])
+    return data[inputs][worker, idx], data[targets][worker, idx]
+
+
 def _float_dtype(dtype):
     return jnp.dtype(dtype) if dtype is not None else jnp.asarray(0.0).dtype
 
@@ -215,12 +225,7 @@ class _LogisticValueAndGrad:
     batch_size: Optional[int]  # None: the worker's whole shard (deterministic)
 
     def __call__(self, data, w, worker, key):
-        if self.batch_size is None:
-            X, y = data["X"][worker], data["y"][worker]
-        else:
-            # Index rows directly: under vmap, data["X"][worker] would copy whole shards.
-            idx = sample_indices(key, self.batch_size, data["X"].shape[1])
-            X, y = data["X"][worker, idx], data["y"][worker, idx]
+        X, y = worker_batch(data, "X", "y", worker, key, self.batch_size)
         return jax.value_and_grad(_logistic_loss)(w, X, y, data["l2"])
 
 
@@ -334,11 +339,7 @@ class _LeastSquaresValueAndGrad:
     batch_size: Optional[int]  # None: the worker's whole shard (deterministic)
 
     def __call__(self, data, x, worker, key):
-        if self.batch_size is None:
-            M, y = data["M"][worker], data["y"][worker]
-        else:
-            idx = sample_indices(key, self.batch_size, data["M"].shape[1])
-            M, y = data["M"][worker, idx], data["y"][worker, idx]
+        M, y = worker_batch(data, "M", "y", worker, key, self.batch_size)
         r = M @ x - y
         return 0.5 * jnp.mean(r * r), (M.T @ r) / M.shape[0]
 
