@@ -183,7 +183,7 @@ def _simulate(static: _Static, hparams, data, x0, key, ev, plan_events, targets)
         active = jnp.any(valid) & (bad < 0)
         finite = _all_finite(params_of(new_state))
         commit = active & finite
-        bad = jnp.where(active & ~finite, e_blk[0], bad)
+        bad = jnp.where(active & ~finite, e_blk[0], bad)  # a round is reported by its first event
         x_old = params_of(state)
         state = _tree_where(commit, new_state, state)
         keep = commit & valid
@@ -223,7 +223,9 @@ def _simulate(static: _Static, hparams, data, x0, key, ev, plan_events, targets)
     first = measure(state0)
     metrics = {k: jnp.concatenate([first[k][None], v]) for k, v in metrics.items()}
     state, _, tail, tail_w, sums, bad = carry
-    tail_avg = jax.tree.map(lambda t: t / jnp.maximum(tail_w, 1e-300).astype(t.dtype), tail)
+    # NaN when no event was committed inside the window (a run that diverged before it).
+    tail_avg = jax.tree.map(lambda t: jnp.where(tail_w > 0, t / jnp.where(tail_w > 0, tail_w, 1).astype(t.dtype),
+                                                jnp.nan), tail)
     return {"state": state, "params": params_of(state), "metrics": metrics, "tail": tail_avg,
             "stats": sums, "bad": bad}
 

@@ -264,3 +264,18 @@ def test_random_stream_does_not_depend_on_global_threefry_setting():
         with jax.threefry_partitionable(flag):
             outs.append(sim.run(alg, prob, sched, key=jax.random.key(4)).params)
     assert np.array_equal(outs[0], outs[1])
+
+
+def test_tail_average_is_time_weighted_mean_of_the_model():
+    """With log_every=1 and record_params the tail average can be recomputed by hand."""
+    prob = sim.problems.random_quadratic(2, 2, noise=0.5, seed=0)
+    sched = schedules.fixed_computation([1.0, 2.5], num_events=40)
+    res = sim.run(algos.asgd(stepsize=0.1), prob, sched, key=jax.random.key(0), log_every=1,
+                  record_params=True, average_from=0.3)
+    t = sched.finish
+    x_after = res.metrics["params"][1:]  # the model after each event
+    t0, T = 0.3 * t[-1], t[-1]
+    hold = np.clip(np.minimum(np.r_[t[1:], T], T) - np.maximum(t, t0), 0, None)
+    expected = (hold[:, None] * x_after).sum(0) / hold.sum()
+    assert rel_err(res.tail_average, expected) < 1e-12
+    assert res.tail_window == (t0, T)
