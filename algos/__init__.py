@@ -1,6 +1,21 @@
 """Algorithms as pure functions (see :mod:`algos.base` for the protocol)."""
 
-from algos.asgd import ASGDState, asgd, asgd_with_step_rule, constant_step, rescaled_asgd, rescaled_step
+from algos.asgd import (
+    ASGDState,
+    asgd,
+    asgd_with_step_rule,
+    clip_by_global_norm,
+    clipped_asgd,
+    constant_step,
+    delay_adaptive_asgd,
+    delay_adaptive_step,
+    inverse_tau_asgd,
+    inverse_tau_step,
+    rescaled_asgd,
+    rescaled_step,
+    staleness_aware_asgd,
+    staleness_aware_step,
+)
 from algos.base import Algorithm, Event, gradient_work
 from algos.sync import minibatch_sgd
 
@@ -10,9 +25,17 @@ __all__ = [
     "Event",
     "asgd",
     "asgd_with_step_rule",
+    "clip_by_global_norm",
+    "clipped_asgd",
     "constant_step",
+    "delay_adaptive_asgd",
+    "delay_adaptive_step",
+    "inverse_tau_asgd",
+    "inverse_tau_step",
     "gradient_work",
     "minibatch_sgd",
     "rescaled_asgd",
     "rescaled_step",
+    "staleness_aware_asgd",
+    "staleness_aware_step",
 ]

@@ -34,14 +34,21 @@ def _params(state: ASGDState) -> Params:
     return state.params
 
 
+GradientMap = Callable[[HParams, Params], Params]
+
+
 @dataclasses.dataclass(frozen=True)
 class _ApplyWithRule:
-    """``apply`` of ASGD for one step rule. A frozen dataclass, not a closure, so that two
-    algorithms built from the same rule compare equal and share one compilation."""
+    """``apply`` of ASGD for one step rule (and an optional map applied to each arriving
+    gradient, e.g. clipping). A frozen dataclass, not a closure, so that two algorithms built
+    from the same rule compare equal and share one compilation."""
 
     step_rule: StepRule
+    gradient_map: GradientMap | None = None
 
     def __call__(self, hparams: HParams, state: ASGDState, grad: Params, event: Event):
+        if self.gradient_map is not None:
+            grad = self.gradient_map(hparams, grad)
         gamma = self.step_rule(hparams, event)
         # A lost result (failure) leaves the server unchanged; the worker restarts at x.
         gamma = jnp.where(event.delivered, gamma, 0.0)
@@ -58,18 +65,25 @@ def asgd_with_step_rule(
     step_rule: StepRule,
     hparams: dict,
     validate: Callable[[HParams, int], None] | None = None,
+    *,
+    gradient_map: GradientMap | None = None,
 ) -> Algorithm:
     """ASGD whose step for each arrival is ``step_rule(hparams, event)``.
 
-    ``step_rule`` should be a module-level function (not a fresh lambda per call) so that
-    repeated constructions share one compiled program.
+    Args:
+      name: the algorithm's name in reports.
+      step_rule: ``(hparams, event) -> γ``. It should be a module-level function (not a fresh
+        lambda per call) so that repeated constructions share one compiled program.
+      hparams: default hyperparameters.
+      validate: ``(hparams, num_workers) -> None``, raising ValueError for bad values.
+      gradient_map: ``(hparams, grad) -> grad`` applied to each arriving gradient first.
     """
     return Algorithm(
         name=name,
         hparams=dict(hparams),
         init=_init,
         work=gradient_work,
-        apply=_ApplyWithRule(step_rule),
+        apply=_ApplyWithRule(step_rule, gradient_map),
         params=_params,
         validate=validate,
     )
@@ -142,3 +156,128 @@ def rescaled_asgd(*, stepsize: float, taus) -> Algorithm:
         {"stepsize": stepsize, "taus": jnp.asarray(taus)},
         _validate_rescaled,
     )
+
+
+# --- delay-dependent rules -------------------------------------------------------------------
+
+
+def delay_adaptive_step(hparams: HParams, event: Event) -> jax.Array:
+    """γ_k = γ · n / max(n, δ_k) (Mishchenko et al. 2022, the authors' code; spec §4.6)."""
+    gamma = jnp.asarray(hparams["stepsize"])
+    n = jnp.asarray(hparams["num_workers"]).astype(gamma.dtype)
+    return gamma * n / jnp.maximum(n, event.staleness.astype(gamma.dtype))
+
+
+def _validate_delay_adaptive(hparams: HParams, num_workers: int) -> None:
+    _checks.check_stepsize("delay_adaptive_asgd", hparams["stepsize"])
+    if int(hparams["num_workers"]) != num_workers:
+        raise ValueError(
+            f"delay_adaptive_asgd: num_workers={int(hparams['num_workers'])} but the problem has "
+            f"{num_workers} workers; they must match"
+        )
+
+
+def delay_adaptive_asgd(*, stepsize: float, num_workers: int) -> Algorithm:
+    """Delay-adaptive ASGD (Mishchenko, Bach, Even, Woodworth, NeurIPS 2022; spec §4.6).
+
+    A gradient that is δ server updates stale gets step γ·n/max(n, δ): full step up to n
+    updates of delay, shrinking beyond. Under fixed computation worker i's delay is about
+    nτ_i/τ_H, so its implicit weight is ≈ (1/τ_i)·min(1, τ_H/τ_i) (spec §2.4): the data bias
+    is worse than vanilla's.
+
+    Args:
+      stepsize: γ ≥ 0.
+      num_workers: n, the delay threshold.
+    """
+    _checks.check_stepsize("delay_adaptive_asgd", stepsize)
+    if isinstance(num_workers, bool) or int(num_workers) != num_workers or num_workers < 1:
+        raise ValueError(f"delay_adaptive_asgd: num_workers must be a positive integer; got {num_workers!r}")
+    return asgd_with_step_rule("delay_adaptive_asgd", delay_adaptive_step,
+                               {"stepsize": stepsize, "num_workers": int(num_workers)}, _validate_delay_adaptive)
+
+
+def staleness_aware_step(hparams: HParams, event: Event) -> jax.Array:
+    """γ_k = γ / max(1, δ_k): the step divided by the staleness (Zhang et al. 2016; spec §4.8).
+
+    A fresh gradient (δ = 0) gets the full step; the paper's α₀/δ is undefined there.
+    """
+    gamma = jnp.asarray(hparams["stepsize"])
+    return gamma / jnp.maximum(1, event.staleness).astype(gamma.dtype)
+
+
+def _validate_stepsize_only(name):
+    def validate(hparams: HParams, num_workers: int) -> None:
+        del num_workers
+        _checks.check_stepsize(name, hparams["stepsize"])
+
+    return validate
+
+
+_validate_staleness_aware = _validate_stepsize_only("staleness_aware_asgd")
+
+
+def staleness_aware_asgd(*, stepsize: float) -> Algorithm:
+    """Staleness-aware ASGD: step γ/max(1, δ) for a gradient δ updates stale (spec §4.8).
+
+    Predicted implicit weight ≈ 1/τ_i² (spec §2.4).
+    """
+    _checks.check_stepsize("staleness_aware_asgd", stepsize)
+    return asgd_with_step_rule("staleness_aware_asgd", staleness_aware_step, {"stepsize": stepsize},
+                               _validate_staleness_aware)
+
+
+def inverse_tau_step(hparams: HParams, event: Event) -> jax.Array:
+    """γ_i = γ · τ_H / τ_i: the exponent printed on the Rescaled ASGD poster (spec §3.2)."""
+    taus = jnp.asarray(hparams["taus"])
+    tau_h = taus.shape[-1] / jnp.sum(1.0 / taus)
+    return jnp.asarray(hparams["stepsize"]) * tau_h / taus[event.worker]
+
+
+def _validate_inverse_tau(hparams: HParams, num_workers: int) -> None:
+    _checks.check_stepsize("inverse_tau_asgd", hparams["stepsize"])
+    _checks.check_taus("inverse_tau_asgd", hparams["taus"], num_workers)
+
+
+def inverse_tau_asgd(*, stepsize: float, taus) -> Algorithm:
+    """ASGD with γ_i ∝ 1/τ_i, the rule the Rescaled ASGD poster prints (spec §3.2).
+
+    Kept to settle the discrepancy numerically: its implicit weights are ∝ 1/τ_i², i.e. it is
+    *more* biased than vanilla ASGD. Normalised like Rescaled ASGD, γ_i = γ τ_H/τ_i.
+    """
+    _checks.check_stepsize("inverse_tau_asgd", stepsize)
+    _checks.check_taus("inverse_tau_asgd", taus)
+    return asgd_with_step_rule("inverse_tau_asgd", inverse_tau_step, {"stepsize": stepsize, "taus": jnp.asarray(taus)},
+                               _validate_inverse_tau)
+
+
+# --- clipping ----------------------------------------------------------------------------------
+
+
+def clip_by_global_norm(hparams: HParams, grad: Params) -> Params:
+    """clip_c(g) = min(1, c/‖g‖) · g, ‖·‖ the Euclidean norm over all leaves."""
+    leaves = jax.tree.leaves(grad)
+    norm = jnp.sqrt(sum(jnp.sum(g * g) for g in leaves))
+    c = jnp.asarray(hparams["threshold"])
+    scale = jnp.where(norm > c, c / jnp.where(norm > 0, norm, 1), 1.0)
+    return jax.tree.map(lambda g: g * scale.astype(g.dtype), grad)
+
+
+def _validate_clipped(hparams: HParams, num_workers: int) -> None:
+    del num_workers
+    _checks.check_stepsize("clipped_asgd", hparams["stepsize"])
+    c = jnp.asarray(hparams["threshold"])
+    if not bool(jnp.all(jnp.isfinite(c))) or bool(jnp.any(c <= 0)):
+        raise ValueError(f"clipped_asgd: threshold must be positive and finite; got {hparams['threshold']!r}")
+
+
+def clipped_asgd(*, stepsize: float, threshold: float) -> Algorithm:
+    """Clipped ASGD: x ← x − γ clip_c(g) (Erickson & Johansson 2026, form [INFERRED], spec §4.11).
+
+    Args:
+      stepsize: γ ≥ 0.
+      threshold: c > 0; gradients longer than c are scaled to length c.
+    """
+    alg = asgd_with_step_rule("clipped_asgd", constant_step, {"stepsize": stepsize, "threshold": threshold},
+                              _validate_clipped, gradient_map=clip_by_global_norm)
+    _validate_clipped(alg.hparams, 0)
+    return alg
