@@ -27,6 +27,7 @@ def main(argv=None) -> int:
         if args.list:
             for s in scenarios.SCENARIOS:
                 print(f"{s.name:15s} {s.description}")
+            print(f"{verify.ORBIT_SCENARIO:15s} finite-step orbit of every rule vs the exact cycle map (1e-8)")
             return 0
         try:
             return verify.run_verify(None if args.no_out else args.out, as_json=args.json,

@@ -28,6 +28,7 @@ def heap_asgd(
     noise: float = 0.0,
     rng: Optional[np.random.Generator] = None,
     gradient: Callable = quadratic_gradient,
+    record: bool = False,
 ) -> tuple[np.ndarray, list]:
     """Asynchronous SGD on heterogeneous quadratics with a heap of pending jobs.
 
@@ -42,7 +43,8 @@ def heap_asgd(
       noise: σ of additive isotropic gradient noise (covariance σ²/d · I), drawn from ``rng``.
 
     Returns:
-      the final model and the processed events as (finish time, worker) pairs.
+      the final model and the processed events as (finish time, worker) pairs, or with
+      ``record=True`` as (finish time, worker, model after the event) triples.
     """
     n, d = b.shape
     lost = lost or set()
@@ -55,13 +57,13 @@ def heap_asgd(
     trace = []
     for _ in range(num_events):
         t, i, k, version, point = heapq.heappop(heap)
-        trace.append((t, i))
         if (i, k) not in lost:
             g = gradient(A, b, i, point)
             if noise > 0:
                 g = g + noise / np.sqrt(d) * rng.standard_normal(d).astype(A.dtype)
             x = x - step(i, delivered_count - version) * g
             delivered_count += 1
+        trace.append((t, i, x.copy()) if record else (t, i))
         heapq.heappush(heap, (t + float(durations[i, k + 1]), i, k + 1, delivered_count, x.copy()))
     return x, trace
 

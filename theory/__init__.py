@@ -4,7 +4,15 @@ Plain math over arrays: imports neither ``sim`` nor ``algos``.
 """
 
 from theory.checks import Check, format_table
+from theory.complexity import (
+    heterogeneous_lower_bound,
+    homogeneous_lower_bound,
+    minibatch_sgd_time,
+    time_to_target,
+    vanilla_asgd_homogeneous_time,
+)
 from theory.fixed_point import quadratic_fixed_point, quadratic_gap, weighted_minimiser
+from theory.orbit import Orbit, hyperperiod_events, periodic_orbit
 from theory.weights import (
     arithmetic_mean,
     frequency_weights,
@@ -16,10 +24,18 @@ from theory.weights import (
 
 __all__ = [
     "Check",
+    "Orbit",
+    "hyperperiod_events",
+    "periodic_orbit",
     "arithmetic_mean",
     "format_table",
     "frequency_weights",
     "harmonic_mean",
+    "heterogeneous_lower_bound",
+    "homogeneous_lower_bound",
+    "minibatch_sgd_time",
+    "time_to_target",
+    "vanilla_asgd_homogeneous_time",
     "implicit_weights",
     "measured_weights",
     "quadratic_fixed_point",
