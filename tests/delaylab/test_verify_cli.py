@@ -54,7 +54,8 @@ def test_verify_fails_when_theory_is_wrong(monkeypatch, capsys):
     import dataclasses
 
     entry = ALGORITHMS["asgd"]
-    wrong = dataclasses.replace(entry, per_worker_steps=lambda g, taus: g * np.asarray(taus) ** 2)
+    wrong = dataclasses.replace(entry, step=lambda g, taus, n: (lambda i, st: g * float(taus[i]) ** 2),
+                                closed_form_steps=lambda g, taus: g * np.asarray(taus) ** 2)
     monkeypatch.setitem(ALGORITHMS, "asgd", wrong)
     status = cli.main(["verify", "--scenario", "tau-i", "--no-out", "--quiet"])
     assert status == 1
