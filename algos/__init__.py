@@ -18,6 +18,7 @@ from algos.asgd import (
 )
 from algos.base import Algorithm, Event, gradient_work
 from algos.sync import minibatch_sgd
+from algos.tables import fedbuff_asgd, ia2sgd, ringmaster_asgd
 
 __all__ = [
     "Algorithm",
@@ -30,12 +31,15 @@ __all__ = [
     "constant_step",
     "delay_adaptive_asgd",
     "delay_adaptive_step",
+    "fedbuff_asgd",
+    "ia2sgd",
     "inverse_tau_asgd",
     "inverse_tau_step",
     "gradient_work",
     "minibatch_sgd",
     "rescaled_asgd",
     "rescaled_step",
+    "ringmaster_asgd",
     "staleness_aware_asgd",
     "staleness_aware_step",
 ]

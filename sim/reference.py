@@ -75,3 +75,27 @@ def loop_minibatch_sgd(A: np.ndarray, b: np.ndarray, x0: np.ndarray, stepsize: f
     for _ in range(num_rounds):
         x = x - stepsize * sum(quadratic_gradient(A, b, i, x) for i in range(n)) / n
     return x
+
+
+def heap_server(
+    durations: np.ndarray,
+    num_events: int,
+    gradient: Callable[[int, np.ndarray], np.ndarray],
+    server: Callable[[int, np.ndarray, np.ndarray], np.ndarray],
+    x0: np.ndarray,
+) -> list:
+    """A generic event loop: ``server(worker, grad, point)`` handles each arrival and returns
+    the point the worker computes at next. The server keeps its own state (a closure).
+
+    Returns the processed (finish time, worker) pairs.
+    """
+    n = durations.shape[0]
+    heap = [(float(durations[i, 0]), i, 0, np.array(x0, copy=True)) for i in range(n)]
+    heapq.heapify(heap)
+    trace = []
+    for _ in range(num_events):
+        t, i, k, point = heapq.heappop(heap)
+        trace.append((t, i))
+        nxt = server(i, gradient(i, point), point)
+        heapq.heappush(heap, (t + float(durations[i, k + 1]), i, k + 1, np.array(nxt, copy=True)))
+    return trace

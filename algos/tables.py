@@ -1,0 +1,182 @@
+"""Asynchronous methods whose server keeps more than the model: a clock of its own updates,
+a table of the latest gradients, a buffer. Each follows specs/asgd.md §4 under the event model.
+
+The engine's ``event.staleness`` counts delivered *arrivals*; when arrivals do not all update
+the model (discards, buffers, warm-up), the delay that these methods use is counted in server
+*updates*, so they keep their own clock: ``version`` (updates so far) and ``handed[i]`` (the
+version worker i's current job started from).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from algos import _checks
+from algos.base import Algorithm, Event, HParams, Params, gradient_work
+
+
+class Clock(NamedTuple):
+    version: jax.Array  # int32 [], server updates so far
+    handed: jax.Array  # int32 [n], the version each worker's current job started from
+
+
+def _clock(n: int) -> Clock:
+    return Clock(jnp.zeros((), jnp.int32), jnp.zeros((n,), jnp.int32))
+
+
+def _tick(clock: Clock, worker, updated) -> Clock:
+    version = clock.version + updated.astype(jnp.int32)
+    return Clock(version, clock.handed.at[worker].set(version))
+
+
+def _step(x: Params, g: Params, scale, use) -> Params:
+    return jax.tree.map(lambda a, b: jnp.where(use, a - scale.astype(a.dtype) * b, a), x, g)
+
+
+def _check_int(name: str, arg: str, value, minimum: int = 1) -> int:
+    if isinstance(value, bool) or int(value) != value or value < minimum:
+        raise ValueError(f"{name}: {arg} must be an integer >= {minimum}; got {value!r}")
+    return int(value)
+
+
+# --- Ringmaster ASGD ---------------------------------------------------------------------------
+
+
+class RingmasterState(NamedTuple):
+    params: Params
+    clock: Clock
+
+
+def _ringmaster_init(hparams, params, num_workers):
+    return RingmasterState(params, _clock(num_workers))
+
+
+def _ringmaster_apply(hparams: HParams, state: RingmasterState, grad: Params, event: Event):
+    delay = state.clock.version - state.clock.handed[event.worker]
+    use = event.delivered & (delay < jnp.asarray(hparams["threshold"]))
+    gamma = jnp.asarray(hparams["stepsize"])
+    params = _step(state.params, grad, gamma, use)
+    stats = {"stepsize": jnp.where(use, gamma, 0.0), "discarded": (event.delivered & ~use).astype(jnp.int32)}
+    return RingmasterState(params, _tick(state.clock, event.worker, use)), params, stats
+
+
+def _validate_ringmaster(hparams, num_workers):
+    _checks.check_stepsize("ringmaster_asgd", hparams["stepsize"])
+
+
+def ringmaster_asgd(*, stepsize: float, threshold: int) -> Algorithm:
+    """Ringmaster ASGD (Maranjyan et al., ICML 2025; spec §4.4): a gradient computed R or more
+    server updates ago is discarded; otherwise x ← x − γ g. The worker then restarts at x.
+
+    This is the poster's variant without cancelling jobs in flight. Discards are counted per
+    worker in ``worker_stats["discarded"]``.
+
+    Args:
+      stepsize: γ ≥ 0.
+      threshold: R ≥ 1, the delay (in server updates) from which gradients are discarded.
+    """
+    _checks.check_stepsize("ringmaster_asgd", stepsize)
+    _check_int("ringmaster_asgd", "threshold", threshold)
+    return Algorithm("ringmaster_asgd", {"stepsize": stepsize, "threshold": int(threshold)}, _ringmaster_init,
+                     gradient_work, _ringmaster_apply, lambda s: s.params, validate=_validate_ringmaster)
+
+
+# --- IA²SGD (gradient table) ------------------------------------------------------------------
+
+
+class TableState(NamedTuple):
+    params: Params
+    table: Params  # [n, ...]: each worker's latest gradient
+    filled: jax.Array  # bool [n]
+
+
+def _ia2_init(hparams, params, num_workers):
+    table = jax.tree.map(lambda x: jnp.zeros((num_workers,) + x.shape, x.dtype), params)
+    return TableState(params, table, jnp.zeros((num_workers,), bool))
+
+
+def _ia2_apply(hparams: HParams, state: TableState, grad: Params, event: Event):
+    i, ok = event.worker, event.delivered
+    table = jax.tree.map(lambda T, g: T.at[i].set(jnp.where(ok, g, T[i])), state.table, grad)
+    filled = state.filled.at[i].set(state.filled[i] | ok)
+    use = ok & jnp.all(filled)  # warm-up: no update until every worker has reported once
+    gamma = jnp.asarray(hparams["stepsize"])
+    mean = jax.tree.map(lambda T: jnp.mean(T, axis=0), table)
+    params = _step(state.params, mean, gamma, use)
+    return TableState(params, table, filled), params, {"stepsize": jnp.where(use, gamma, 0.0)}
+
+
+def _validate_ia2(hparams, num_workers):
+    _checks.check_stepsize("ia2sgd", hparams["stepsize"])
+
+
+def ia2sgd(*, stepsize: float) -> Algorithm:
+    """IA²SGD (spec §4.3): the server keeps every worker's latest gradient and, on each arrival
+    once all have reported, steps along their mean: x ← x − γ (1/n) Σ_j T[j]. Memory n·d.
+
+    ``worker_stats["stepsize"]`` counts the step of each update against the arriving worker.
+    """
+    _checks.check_stepsize("ia2sgd", stepsize)
+    return Algorithm("ia2sgd", {"stepsize": stepsize}, _ia2_init, gradient_work, _ia2_apply,
+                     lambda s: s.params, validate=_validate_ia2)
+
+
+# --- FedBuff-style buffered ASGD --------------------------------------------------------------
+
+
+class BufferState(NamedTuple):
+    params: Params
+    buffer: Params
+    count: jax.Array  # int32 [], arrivals in the buffer
+    clock: Clock
+
+
+def _fedbuff_init(hparams, params, num_workers):
+    return BufferState(params, jax.tree.map(jnp.zeros_like, params), jnp.zeros((), jnp.int32), _clock(num_workers))
+
+
+def _fedbuff_apply(hparams: HParams, state: BufferState, grad: Params, event: Event):
+    ok = event.delivered
+    delay = (state.clock.version - state.clock.handed[event.worker]).astype(jnp.asarray(hparams["local_stepsize"]).dtype)
+    weight = (1.0 + delay) ** (-jnp.asarray(hparams["staleness_exponent"]))  # s(δ) = (1 + δ)^(−a)
+    contrib = jnp.where(ok, hparams["local_stepsize"] * weight, 0.0)
+    buffer = jax.tree.map(lambda b, g: b + contrib.astype(b.dtype) * g, state.buffer, grad)
+    count = state.count + ok.astype(jnp.int32)
+    full = count >= jnp.asarray(hparams["buffer_size"])
+    scale = jnp.asarray(hparams["server_stepsize"]) / jnp.asarray(hparams["buffer_size"])
+    params = _step(state.params, buffer, scale, full)
+    buffer = jax.tree.map(lambda b: jnp.where(full, jnp.zeros_like(b), b), buffer)
+    count = jnp.where(full, 0, count)
+    # Step mass of this arrival's gradient: applied when its buffer is flushed.
+    stats = {"stepsize": contrib * scale}
+    return BufferState(params, buffer, count, _tick(state.clock, event.worker, full)), params, stats
+
+
+def _validate_fedbuff(hparams, num_workers):
+    _checks.check_stepsize("fedbuff_asgd", hparams["local_stepsize"], argument="local_stepsize")
+    _checks.check_stepsize("fedbuff_asgd", hparams["server_stepsize"], argument="server_stepsize")
+    _checks.check_stepsize("fedbuff_asgd", hparams["staleness_exponent"], argument="staleness_exponent")
+
+
+def fedbuff_asgd(*, local_stepsize: float, server_stepsize: float = 1.0, buffer_size: int = 1,
+                 staleness_exponent: float = 0.5) -> Algorithm:
+    """FedBuff-style buffered asynchronous SGD (Nguyen et al., AISTATS 2022; spec §4.9).
+
+    Each arrival adds s(δ)·η_ℓ·g to a buffer, δ its delay in server updates and
+    s(δ) = (1 + δ)^(−a) (a = 0.5 [RECALLED], a = 0: no staleness weighting); after K arrivals
+    the server steps x ← x − η_g · buffer/K and clears the buffer. A client does one local step
+    here (Q = 1), so its update is η_ℓ g. With K = 1, a = 0 and η_g = 1 this is vanilla ASGD
+    with step η_ℓ.
+
+    Args:
+      local_stepsize: η_ℓ ≥ 0. server_stepsize: η_g ≥ 0. buffer_size: K ≥ 1.
+      staleness_exponent: a ≥ 0.
+    """
+    hp = {"local_stepsize": local_stepsize, "server_stepsize": server_stepsize,
+          "buffer_size": _check_int("fedbuff_asgd", "buffer_size", buffer_size), "staleness_exponent": staleness_exponent}
+    _validate_fedbuff(hp, 0)
+    return Algorithm("fedbuff_asgd", hp, _fedbuff_init, gradient_work, _fedbuff_apply, lambda s: s.params,
+                     validate=_validate_fedbuff)
