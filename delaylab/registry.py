@@ -31,17 +31,30 @@ class AlgorithmEntry:
 
     name: str
     make: Callable[[float, Schedule], algos.Algorithm]
-    step: Callable[[float, np.ndarray, int], StepOf]
+    step: Optional[Callable[[float, np.ndarray, int], StepOf]]
     closed_form_steps: Optional[Callable[[float, np.ndarray], np.ndarray]]
     summary: str
+    # For methods whose steps depend on their own server clock: (γ, schedule) -> γ per arrival.
+    event_steps_fn: Optional[Callable[[float, Schedule], np.ndarray]] = None
+    # For methods not described by per-arrival step mass (gradient tables): (γ, schedule) -> q.
+    weights_fn: Optional[Callable[[float, Schedule], np.ndarray]] = None
+
+    @property
+    def has_cycle_map(self) -> bool:
+        """Whether each arrival is the affine map x' = x − γ_k A_i (y_i − b_i) of theory.orbit."""
+        return self.step is not None
 
     def event_steps(self, stepsize: float, schedule: Schedule) -> np.ndarray:
         """γ of every arrival of ``schedule`` (computed on the host, without the engine)."""
+        if self.event_steps_fn is not None:
+            return self.event_steps_fn(stepsize, schedule)
         rule = self.step(stepsize, schedule.mean_durations, schedule.num_workers)
         return np.array([rule(int(w), int(d)) for w, d in zip(schedule.worker, schedule.staleness)])
 
     def predicted_weights(self, stepsize: float, schedule: Schedule, *, from_time: float = 0.0) -> np.ndarray:
         """q_i ∝ step mass of worker i's delivered arrivals finishing at or after ``from_time``."""
+        if self.weights_fn is not None:
+            return self.weights_fn(stepsize, schedule)
         steps = self.event_steps(stepsize, schedule)
         use = schedule.delivered & (schedule.finish >= from_time)
         mass = np.bincount(schedule.worker[use], weights=steps[use], minlength=schedule.num_workers)
@@ -78,6 +91,40 @@ def _staleness_aware(gamma: float, taus, n: int) -> StepOf:
     return lambda worker, staleness: gamma / max(1, staleness)
 
 
+RINGMASTER_THRESHOLD = 4  # R for the registered Ringmaster: discards some stragglers' gradients
+FEDBUFF_BUFFER = 2
+
+
+def _ringmaster_steps(gamma: float, schedule: Schedule) -> np.ndarray:
+    """Replays Ringmaster's server clock on the schedule: which arrivals it discards."""
+    version, handed = 0, np.zeros(schedule.num_workers, dtype=np.int64)
+    out = np.zeros(schedule.num_events)
+    for e, (w, ok) in enumerate(zip(schedule.worker, schedule.delivered)):
+        if ok and version - handed[w] < RINGMASTER_THRESHOLD:
+            out[e] = gamma
+            version += 1
+        handed[w] = version
+    return out
+
+
+def _fedbuff_steps(gamma: float, schedule: Schedule) -> np.ndarray:
+    """Replays FedBuff's clock: arrival e contributes η_ℓ (1+δ)^(−1/2) η_g/K, δ in server updates."""
+    version, count, handed = 0, 0, np.zeros(schedule.num_workers, dtype=np.int64)
+    out = np.zeros(schedule.num_events)
+    for e, (w, ok) in enumerate(zip(schedule.worker, schedule.delivered)):
+        if ok:
+            out[e] = gamma * (1.0 + version - handed[w]) ** -0.5  # η_ℓ s(δ) η_g / K with η_g = K
+            count += 1
+            if count == FEDBUFF_BUFFER:
+                version, count = version + 1, 0
+        handed[w] = version
+    return out
+
+
+def _uniform(gamma: float, schedule: Schedule) -> np.ndarray:
+    return np.full(schedule.num_workers, 1.0 / schedule.num_workers)
+
+
 ALGORITHMS: dict[str, AlgorithmEntry] = {
     e.name: e
     for e in (
@@ -94,6 +141,18 @@ ALGORITHMS: dict[str, AlgorithmEntry] = {
                        _delay_adaptive, None, "delay-adaptive ASGD, step γ n/max(n, δ) (Mishchenko et al.)"),
         AlgorithmEntry("staleness_aware_asgd", lambda g, s: algos.staleness_aware_asgd(stepsize=g),
                        _staleness_aware, None, "staleness-aware ASGD, step γ/max(1, δ) (Zhang et al.)"),
+        AlgorithmEntry("ringmaster_asgd",
+                       lambda g, s: algos.ringmaster_asgd(stepsize=g, threshold=RINGMASTER_THRESHOLD),
+                       None, None, f"Ringmaster ASGD, R = {RINGMASTER_THRESHOLD}: gradients R or more updates old are discarded",
+                       event_steps_fn=_ringmaster_steps),
+        AlgorithmEntry("fedbuff_asgd",
+                       lambda g, s: algos.fedbuff_asgd(local_stepsize=g, server_stepsize=FEDBUFF_BUFFER,
+                                                       buffer_size=FEDBUFF_BUFFER),
+                       None, None, f"FedBuff-style buffered ASGD, K = {FEDBUFF_BUFFER}, s(δ) = (1+δ)^(−1/2), η_g = K",
+                       event_steps_fn=_fedbuff_steps),
+        AlgorithmEntry("ia2sgd", lambda g, s: algos.ia2sgd(stepsize=g), None, None,
+                       "IA²SGD: steps along the mean of every worker's latest gradient (unbiased)",
+                       weights_fn=_uniform),
     )
 }
 

@@ -102,6 +102,8 @@ def verify_orbit(*, stepsize: float = 0.02, seed: int = 0) -> ScenarioOutcome:
     A, b = problem.curvature
     checks, metrics, summary = [], {}, {}
     for name, entry in ALGORITHMS.items():
+        if not entry.has_cycle_map:
+            continue
         orbit = theory.periodic_orbit(A, b, taus, entry.step(stepsize, taus, len(taus)))
         burn_in = max(2, int(np.ceil(-12 * np.log(10) / np.log(max(orbit.spectral_radius, 1e-300)))) + 1)
         periods = 2 * burn_in
