@@ -161,9 +161,9 @@ def run_verify(out_dir: str | None, *, as_json: bool, names=None, figure: bool =
             for alg_name, m in o.metrics.items():
                 store.write_metrics(runs_dir, m, name=f"{o.name}-{alg_name}")
         if figure:
-            from paper_figures import fig_a_bias_toy
+            from paper_figures import r1_bias_toy
 
-            fig_path = fig_a_bias_toy.write(out_dir)
+            fig_path = r1_bias_toy.write(out_dir)
             if not quiet:
                 _progress(f"figure: {fig_path}")
     if as_json:

@@ -1,0 +1,7 @@
+"""One module per reproduced figure. Each has ``write(out_dir, *, quick=False) -> png path``
+and writes the PNG, the data behind it (CSV/JSON) and a text of what it found."""
+
+FIGURES = {
+    "r1": ("paper_figures.r1_bias_toy", "bias toy: x against simulated time, vanilla / Rescaled / γ ∝ 1/τ (Fig. A)"),
+    "r2": ("paper_figures.r2_implicit_weights", "implicit weights of 5 step rules on 4 τ profiles"),
+}

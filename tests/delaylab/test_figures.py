@@ -1,0 +1,31 @@
+import numpy as np
+
+from delaylab import cli
+
+
+def test_figure_help_lists_every_name(capsys):
+    try:
+        cli.main(["figure", "--help"])
+    except SystemExit:
+        pass
+    out = capsys.readouterr().out
+    assert "r1" in out and "r2" in out
+
+
+def test_r2_quick_weights_follow_step_mass(tmp_path, capsys):
+    assert cli.main(["figure", "r2", "--quick", "--out", str(tmp_path)]) == 0
+    rows = np.genfromtxt(tmp_path / "r2_implicit_weights.csv", delimiter=",", names=True, dtype=None, encoding="utf-8")
+    err = np.abs(rows["measured"] - rows["exact"])
+    assert err.max() < 0.005  # the step-mass prediction, independent of the run's model values
+    resc = rows[rows["rule"] == "rescaled_asgd"]
+    assert np.abs(resc["measured"] - 1 / 6).max() < 0.005  # Rescaled: uniform
+    assert (tmp_path / "r2_implicit_weights.png").stat().st_size > 10_000
+    assert "within" in (tmp_path / "r2_implicit_weights.txt").read_text()
+
+
+def test_r1_writes_three_rules(tmp_path):
+    assert cli.main(["figure", "r1", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "fig_a.txt").read_text()
+    assert "holds here" in text and "1/τ_i" in text
+    header = (tmp_path / "fig_a.csv").read_text().splitlines()[0]
+    assert header == "time,x_vanilla,x_rescaled,x_inverse_tau"
