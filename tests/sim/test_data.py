@@ -1,0 +1,100 @@
+import gzip
+import os
+
+import numpy as np
+import pytest
+
+from sim import data
+
+
+def _write_idx(path, arr, gz):
+    arr = np.asarray(arr)
+    code = {np.dtype(np.uint8): 0x08}[arr.dtype]
+    raw = bytes([0, 0, code, arr.ndim]) + b"".join(int(s).to_bytes(4, "big") for s in arr.shape) + arr.tobytes()
+    with (gzip.open if gz else open)(path, "wb") as fh:
+        fh.write(raw)
+
+
+def _fake_mnist(folder, gz=True, n_train=50, n_test=10):
+    rng = np.random.default_rng(0)
+    arrays = {"x_train": rng.integers(0, 256, (n_train, 4, 4), dtype=np.uint8),
+              "y_train": rng.integers(0, 10, n_train).astype(np.uint8),
+              "x_test": rng.integers(0, 256, (n_test, 4, 4), dtype=np.uint8),
+              "y_test": rng.integers(0, 10, n_test).astype(np.uint8)}
+    os.makedirs(folder, exist_ok=True)
+    for key, stems in data.IDX_FILES.items():
+        _write_idx(os.path.join(folder, stems[0] + (".gz" if gz else "")), arrays[key], gz)
+    return arrays
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_idx_round_trip(tmp_path, gz):
+    arrays = _fake_mnist(tmp_path / "m", gz=gz)
+    ds = data.load_mnist_format(str(tmp_path / "m"))
+    np.testing.assert_array_equal(ds.x_train, arrays["x_train"] / np.float32(255))
+    np.testing.assert_array_equal(ds.y_test, arrays["y_test"])
+    assert ds.x_train.dtype == np.float32 and ds.name == "m"
+
+
+def test_npz_and_errors(tmp_path):
+    arrays = _fake_mnist(tmp_path / "m")
+    np.savez(tmp_path / "d.npz", **arrays)
+    ds = data.load_mnist_format(str(tmp_path / "d.npz"))
+    assert ds.x_test.shape == (10, 4, 4)
+    np.savez(tmp_path / "bad.npz", x_train=arrays["x_train"])
+    with pytest.raises(ValueError, match=r"lacks array\(s\) \['y_train', 'x_test', 'y_test'\]"):
+        data.load_mnist_format(str(tmp_path / "bad.npz"))
+    with pytest.raises(FileNotFoundError, match="does not exist; give a folder of MNIST IDX files"):
+        data.load_mnist_format(str(tmp_path / "nowhere"))
+    # a corrupt IDX file names the path and the format
+    p = tmp_path / "m" / "train-labels-idx1-ubyte.gz"
+    with gzip.open(p, "wb") as fh:
+        fh.write(b"\x00\x00\x08\x01\x00\x00\x00\x64abc")
+    with pytest.raises(ValueError, match="truncated or corrupt IDX file"):
+        data.load_mnist_format(str(tmp_path / "m"))
+    (tmp_path / "x.gz").write_bytes(b"not gzip")
+    with pytest.raises(ValueError, match="cannot read .* as an IDX file"):
+        data.read_idx(str(tmp_path / "x.gz"))
+    os.remove(tmp_path / "m" / "t10k-images-idx3-ubyte.gz")
+    with pytest.raises(FileNotFoundError, match=r"lacks MNIST-format IDX file\(s\) \['t10k-images-idx3-ubyte'\]"):
+        data.load_mnist_format(str(tmp_path / "m"))
+
+
+def test_search_order_and_fallback(tmp_path):
+    _fake_mnist(tmp_path / "first")
+    ds = data.load_mnist_format(locations=[("a", str(tmp_path / "missing")), ("b", str(tmp_path / "first"))])
+    assert ds.name == "b"
+    fb = data.load_mnist_format(locations=[("a", str(tmp_path / "missing"))])
+    assert fb.name == "digits" and fb.x_train.shape[1:] == (8, 8) and fb.num_classes == 10
+    assert 0.0 <= fb.x_train.min() and fb.x_train.max() <= 1.0
+    with pytest.raises(FileNotFoundError, match="no MNIST-format data found"):
+        data.load_mnist_format(locations=[], fallback=False)
+
+
+def test_default_locations_find_debian_fashion_mnist_when_installed():
+    ds = data.load_mnist_format()
+    if os.path.isdir("/usr/share/datasets/fashion-mnist") and not os.path.exists("/usr/share/datasets/mnist"):
+        assert ds.name == "fashion-mnist"
+        assert ds.x_train.shape == (60000, 28, 28) and ds.x_test.shape == (10000, 28, 28)
+        assert np.bincount(ds.y_train).tolist() == [6000] * 10
+    elif not any(os.path.exists(p) for _, p in data.default_locations()):
+        assert ds.name == "digits"
+
+
+def test_splits():
+    labels = np.repeat(np.arange(10), 100)
+    for idx in (data.split_iid(labels, 7, seed=1), data.split_by_label(labels, 7),
+                data.split_dirichlet(labels, 7, 0.1, seed=1)):
+        assert idx.shape == (7, 1000 // 7)
+        assert len(np.unique(idx)) == idx.size  # disjoint
+    by_label = data.split_by_label(labels, 10)
+    assert all(len(np.unique(labels[r])) == 1 for r in by_label)
+    # small α: each worker dominated by few classes; large α: close to the global mix
+    skew = data.split_dirichlet(labels, 10, 0.05, seed=0)
+    flat = data.split_dirichlet(labels, 10, 1000.0, seed=0)
+    top = lambda rows: np.mean([np.bincount(labels[r], minlength=10).max() / len(r) for r in rows])
+    assert top(skew) > 0.5 and top(flat) < 0.2
+    with pytest.raises(ValueError, match="alpha must be positive"):
+        data.split_dirichlet(labels, 3, 0.0)
+    with pytest.raises(ValueError, match="cannot give each of 2000 workers one"):
+        data.split_iid(labels, 2000)
