@@ -17,6 +17,7 @@ from algos.asgd import (
     staleness_aware_step,
 )
 from algos.base import Algorithm, Event, gradient_work
+from algos.rounds import malenia_sgd, point_and_gradient_work, rennala_sgd, ringleader_asgd
 from algos.sync import minibatch_sgd
 from algos.tables import fedbuff_asgd, ia2sgd, ringmaster_asgd
 
@@ -35,6 +36,10 @@ __all__ = [
     "ia2sgd",
     "inverse_tau_asgd",
     "inverse_tau_step",
+    "malenia_sgd",
+    "point_and_gradient_work",
+    "rennala_sgd",
+    "ringleader_asgd",
     "gradient_work",
     "minibatch_sgd",
     "rescaled_asgd",

@@ -1,0 +1,239 @@
+"""Methods that hold workers at a round's point: Rennala SGD, Malenia SGD, Ringleader ASGD
+(specs/asgd.md §4.1, §4.2, §4.5; Tyurin & Richtárik 2023; Maranjyan et al., ICLR 2026).
+
+Their jobs return the point they were computed at along with the gradient
+(:func:`point_and_gradient_work`), so that the server can send a worker back to the *same*
+point, and can tell a gradient of the current round from a stale one.
+
+Deviation from the papers, by the event model: a job in flight is never cancelled (timing is
+fixed ahead of the run). Where Rennala and Malenia "stop or ignore" unfinished work at a round
+boundary, here those jobs run to completion and their gradients are discarded on arrival
+(counted per worker in ``worker_stats["discarded"]``); the worker then starts on the new point.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from algos import _checks
+from algos.base import Algorithm, Event, HParams, Params
+from algos.tables import _check_int
+
+
+def point_and_gradient_work(hparams: HParams, point: Params, oracle, key) -> tuple:
+    """One stochastic gradient, returned with the point it was computed at."""
+    del hparams
+    _, grad = oracle(point, key)
+    return grad, point
+
+
+def _where(pred, a, b):
+    return jax.tree.map(lambda u, v: jnp.where(pred, u, v), a, b)
+
+
+def _same(a: Params, b: Params) -> jax.Array:
+    return jnp.all(jnp.stack([jnp.all(u == v) for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b))]))
+
+
+# --- Rennala SGD -------------------------------------------------------------------------------
+
+
+class RennalaState(NamedTuple):
+    params: Params
+    total: Params  # Σ of this round's gradients
+    count: jax.Array  # int32 [], gradients in this round
+    round: jax.Array  # int32 []
+    job_round: jax.Array  # int32 [n], the round whose point each worker's job started from
+
+
+def _rennala_init(hparams, params, n):
+    return RennalaState(params, jax.tree.map(jnp.zeros_like, params), jnp.zeros((), jnp.int32),
+                        jnp.zeros((), jnp.int32), jnp.zeros((n,), jnp.int32))
+
+
+def _rennala_apply(hparams: HParams, state: RennalaState, message, event: Event):
+    grad, _ = message
+    i = event.worker
+    fresh = event.delivered & (state.job_round[i] == state.round)
+    total = jax.tree.map(lambda t, g: t + jnp.where(fresh, g, jnp.zeros_like(g)), state.total, grad)
+    count = state.count + fresh.astype(jnp.int32)
+    full = count >= jnp.asarray(hparams["batch"])
+    gamma = jnp.asarray(hparams["stepsize"])
+    scale = gamma / jnp.maximum(count, 1).astype(gamma.dtype)
+    params = _where(full, jax.tree.map(lambda x, t: x - scale.astype(x.dtype) * t, state.params, total), state.params)
+    rnd = state.round + full.astype(jnp.int32)
+    state = RennalaState(params, _where(full, jax.tree.map(jnp.zeros_like, total), total), jnp.where(full, 0, count),
+                         rnd, state.job_round.at[i].set(rnd))
+    # Step mass of this gradient: γ/S once its round's update happens (counted at the arrival).
+    stats = {"stepsize": jnp.where(fresh, gamma / jnp.asarray(hparams["batch"]).astype(gamma.dtype), 0.0),
+             "discarded": (event.delivered & ~fresh).astype(jnp.int32)}
+    return state, params, stats
+
+
+def _validate_rennala(hparams, n):
+    _checks.check_stepsize("rennala_sgd", hparams["stepsize"])
+
+
+def rennala_sgd(*, stepsize: float, batch: int) -> Algorithm:
+    """Rennala SGD (spec §4.1): collect S gradients computed at the round's point x^k, from
+    whichever workers deliver them first, then x^{k+1} = x^k − γ · (their mean).
+
+    Every worker restarts at the current point after each arrival; a gradient computed at an
+    older round's point is discarded. Optimal for homogeneous data (Tyurin & Richtárik 2023);
+    under heterogeneity the mean weights workers by how many gradients they contributed.
+
+    Args:
+      stepsize: γ ≥ 0. batch: S ≥ 1.
+    """
+    _checks.check_stepsize("rennala_sgd", stepsize)
+    return Algorithm("rennala_sgd", {"stepsize": stepsize, "batch": _check_int("rennala_sgd", "batch", batch)},
+                     _rennala_init, point_and_gradient_work, _rennala_apply, lambda s: s.params,
+                     validate=_validate_rennala)
+
+
+# --- Malenia SGD -------------------------------------------------------------------------------
+
+
+class MaleniaState(NamedTuple):
+    params: Params
+    sums: Params  # [n, ...] per-worker sums of this round's gradients
+    counts: jax.Array  # int32 [n]
+    round: jax.Array
+    job_round: jax.Array  # int32 [n]
+
+
+def _malenia_init(hparams, params, n):
+    sums = jax.tree.map(lambda x: jnp.zeros((n,) + x.shape, x.dtype), params)
+    return MaleniaState(params, sums, jnp.zeros((n,), jnp.int32), jnp.zeros((), jnp.int32), jnp.zeros((n,), jnp.int32))
+
+
+def _malenia_apply(hparams: HParams, state: MaleniaState, message, event: Event):
+    grad, _ = message
+    i = event.worker
+    n = state.counts.shape[0]
+    fresh = event.delivered & (state.job_round[i] == state.round)
+    sums = jax.tree.map(lambda s, g: s.at[i].add(jnp.where(fresh, g, jnp.zeros_like(g))), state.sums, grad)
+    counts = state.counts.at[i].add(fresh.astype(jnp.int32))
+    gamma = jnp.asarray(hparams["stepsize"])
+    safe = jnp.maximum(counts, 1).astype(gamma.dtype)
+    harmonic = n / jnp.sum(1.0 / safe)
+    ready = jnp.all(counts >= 1) & (harmonic * n >= jnp.asarray(hparams["batch"]).astype(gamma.dtype))
+
+    def step(x, s):
+        w = (1.0 / safe).reshape((-1,) + (1,) * (s.ndim - 1)).astype(s.dtype)
+        return x - gamma.astype(x.dtype) * jnp.sum(w * s, axis=0) / n
+
+    params = _where(ready, jax.tree.map(step, state.params, sums), state.params)
+    rnd = state.round + ready.astype(jnp.int32)
+    state = MaleniaState(params, _where(ready, jax.tree.map(jnp.zeros_like, sums), sums),
+                         jnp.where(ready, jnp.zeros_like(counts), counts), rnd, state.job_round.at[i].set(rnd))
+    stats = {"discarded": (event.delivered & ~fresh).astype(jnp.int32), "rounds": ready.astype(jnp.int32)}
+    return state, params, stats
+
+
+def _validate_malenia(hparams, n):
+    _checks.check_stepsize("malenia_sgd", hparams["stepsize"])
+
+
+def malenia_sgd(*, stepsize: float, batch: int) -> Algorithm:
+    """Malenia SGD (spec §4.2): per-worker sums g_i and counts B_i of gradients at x^k, until every
+    B_i ≥ 1 and the harmonic-mean condition ((1/n) Σ 1/B_i)^{-1} ≥ S/n holds; then
+    x^{k+1} = x^k − γ (1/n) Σ_i g_i/B_i, an unbiased estimate of ∇F (optimal under heterogeneity).
+
+    Args:
+      stepsize: γ ≥ 0. batch: S ≥ 1 (S ≤ n means: one gradient from every worker).
+    """
+    _checks.check_stepsize("malenia_sgd", stepsize)
+    return Algorithm("malenia_sgd", {"stepsize": stepsize, "batch": _check_int("malenia_sgd", "batch", batch)},
+                     _malenia_init, point_and_gradient_work, _malenia_apply, lambda s: s.params,
+                     validate=_validate_malenia)
+
+
+# --- Ringleader ASGD ---------------------------------------------------------------------------
+
+
+class RingleaderState(NamedTuple):
+    params: Params
+    table: Params  # [n, ...] sums G_i of the current table
+    counts: jax.Array  # int32 [n], b_i
+    next_table: Params  # [n, ...] G⁺_i
+    next_counts: jax.Array  # int32 [n], b⁺_i
+    updated: jax.Array  # bool [n], U
+    updating: jax.Array  # bool [], phase 2
+
+
+def _ringleader_init(hparams, params, n):
+    z = jax.tree.map(lambda x: jnp.zeros((n,) + x.shape, x.dtype), params)
+    zc = jnp.zeros((n,), jnp.int32)
+    return RingleaderState(params, z, zc, z, zc, jnp.zeros((n,), bool), jnp.zeros((), bool))
+
+
+def _ringleader_apply(hparams: HParams, s: RingleaderState, message, event: Event):
+    grad, point = message
+    i, ok = event.worker, event.delivered
+    in_u = s.updated[i]
+    # Where this gradient goes: the current table, unless i already updated this round.
+    to_next = ok & s.updating & in_u
+    to_current = ok & ~to_next
+
+    def add(T, g, use):
+        return T.at[i].add(jnp.where(use, g, jnp.zeros_like(g)))
+
+    table = jax.tree.map(lambda T, g: add(T, g, to_current), s.table, grad)
+    counts = s.counts.at[i].add(to_current.astype(jnp.int32))
+    next_table = jax.tree.map(lambda T, g: add(T, g, to_next), s.next_table, grad)
+    next_counts = s.next_counts.at[i].add(to_next.astype(jnp.int32))
+    # Phase 1 ends when the table is full; that arrival is then the round's first update.
+    updating = s.updating | (ok & jnp.all(counts > 0))
+    do_update = ok & updating & ~in_u
+    gamma = jnp.asarray(hparams["stepsize"])
+    n = counts.shape[0]
+    safe = jnp.maximum(counts, 1)
+
+    def step(x, T):
+        w = (1.0 / safe).astype(T.dtype).reshape((-1,) + (1,) * (T.ndim - 1))
+        return x - gamma.astype(x.dtype) * jnp.sum(w * T, axis=0) / n
+
+    params = _where(do_update, jax.tree.map(step, s.params, table), s.params)
+    updated = s.updated.at[i].set(in_u | do_update)
+    # After n updates: the next table becomes current and a new round starts in phase 1.
+    done = do_update & jnp.all(updated)
+    state = RingleaderState(
+        params,
+        _where(done, next_table, table), jnp.where(done, next_counts, counts),
+        _where(done, jax.tree.map(jnp.zeros_like, next_table), next_table),
+        jnp.where(done, jnp.zeros_like(next_counts), next_counts),
+        jnp.where(done, jnp.zeros_like(updated), updated),
+        jnp.where(done, False, updating),
+    )
+    # The worker moves to the new model only at its own update; otherwise (a lost result too)
+    # it computes again at the same point, which keeps its table entries consistent.
+    nxt = _where(do_update, params, point)
+    stats = {"stepsize": jnp.where(do_update, gamma, 0.0), "table_size": jnp.where(ok, counts[i], 0)}
+    return state, nxt, stats
+
+
+def _validate_ringleader(hparams, n):
+    _checks.check_stepsize("ringleader_asgd", hparams["stepsize"])
+
+
+def ringleader_asgd(*, stepsize: float) -> Algorithm:
+    """Ringleader ASGD (Maranjyan et al., ICLR 2026; spec §4.5).
+
+    The server keeps, per worker, the sum G_i and count b_i of gradients computed at that
+    worker's current point. Phase 1 collects (workers keep computing at the same point) until
+    every b_i > 0. Phase 2 performs exactly n updates x ← x − γ (1/n) Σ_j G_j/b_j, one at each
+    worker's first arrival in the round, after which that worker moves to the new x; its later
+    gradients go to the next round's table. Then the next table becomes current.
+
+    A lost result (failure) changes nothing: the worker computes again at the same point.
+
+    Args:
+      stepsize: γ ≥ 0.
+    """
+    _checks.check_stepsize("ringleader_asgd", stepsize)
+    return Algorithm("ringleader_asgd", {"stepsize": stepsize}, _ringleader_init, point_and_gradient_work,
+                     _ringleader_apply, lambda s: s.params, validate=_validate_ringleader)
