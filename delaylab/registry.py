@@ -121,6 +121,22 @@ def _fedbuff_steps(gamma: float, schedule: Schedule) -> np.ndarray:
     return out
 
 
+def _rennala_steps(gamma: float, schedule: Schedule) -> np.ndarray:
+    """Replays Rennala's rounds (batch n): a gradient counts, with mass γn/n = γ, only if its job
+    started from the current round's point."""
+    n = schedule.num_workers
+    rnd, count, job_round = 0, 0, np.zeros(n, dtype=np.int64)
+    out = np.zeros(schedule.num_events)
+    for e, (w, ok) in enumerate(zip(schedule.worker, schedule.delivered)):
+        if ok and job_round[w] == rnd:
+            out[e] = gamma
+            count += 1
+            if count == n:
+                rnd, count = rnd + 1, 0
+        job_round[w] = rnd
+    return out
+
+
 def _uniform(gamma: float, schedule: Schedule) -> np.ndarray:
     return np.full(schedule.num_workers, 1.0 / schedule.num_workers)
 
@@ -153,6 +169,16 @@ ALGORITHMS: dict[str, AlgorithmEntry] = {
         AlgorithmEntry("ia2sgd", lambda g, s: algos.ia2sgd(stepsize=g), None, None,
                        "IA²SGD: steps along the mean of every worker's latest gradient (unbiased)",
                        weights_fn=_uniform),
+        # Round methods take one step per round: γ·n keeps the step mass per gradient near γ.
+        AlgorithmEntry("rennala_sgd",
+                       lambda g, s: algos.rennala_sgd(stepsize=g * s.num_workers, batch=s.num_workers), None, None,
+                       "Rennala SGD, batch n, step γn: weights follow who delivers fresh gradients (biased)",
+                       event_steps_fn=_rennala_steps),
+        AlgorithmEntry("malenia_sgd",
+                       lambda g, s: algos.malenia_sgd(stepsize=g * s.num_workers, batch=s.num_workers), None, None,
+                       "Malenia SGD, S = n, step γn: (1/n) Σ g_i/B_i is unbiased", weights_fn=_uniform),
+        AlgorithmEntry("ringleader_asgd", lambda g, s: algos.ringleader_asgd(stepsize=g), None, None,
+                       "Ringleader ASGD: n table updates per round (unbiased)", weights_fn=_uniform),
     )
 }
 
