@@ -36,6 +36,7 @@ def main(argv=None) -> int:
             for s in scenarios.SCENARIOS:
                 print(f"{s.name:15s} {s.description}")
             print(f"{verify.ORBIT_SCENARIO:15s} finite-step orbit of every rule vs the exact cycle map (1e-8)")
+            print(f"{verify.NOISE_SCENARIO:15s} noise floors of vanilla and Rescaled vs V σ²/(4Γ), and their ratio τ_A/τ_H")
             return 0
         try:
             return verify.run_verify(None if args.no_out else args.out, as_json=args.json,

@@ -82,4 +82,4 @@ def scenario(name: str) -> Scenario:
     for s in SCENARIOS:
         if s.name == name:
             return s
-    raise ValueError(f"unknown scenario {name!r}; known: {[s.name for s in SCENARIOS] + ['cycle-map']}")
+    raise ValueError(f"unknown scenario {name!r}; known: {[s.name for s in SCENARIOS] + ['cycle-map', 'noise-floor']}")

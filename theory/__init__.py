@@ -12,6 +12,7 @@ from theory.complexity import (
     vanilla_asgd_homogeneous_time,
 )
 from theory.fixed_point import quadratic_fixed_point, quadratic_gap, weighted_minimiser
+from theory.noise import NoiseFloor, noise_floor, quadratic_gaps
 from theory.orbit import Orbit, hyperperiod_events, periodic_orbit
 from theory.weights import (
     arithmetic_mean,
@@ -24,6 +25,9 @@ from theory.weights import (
 
 __all__ = [
     "Check",
+    "NoiseFloor",
+    "noise_floor",
+    "quadratic_gaps",
     "Orbit",
     "hyperperiod_events",
     "periodic_orbit",
