@@ -4,4 +4,5 @@ and writes the PNG, the data behind it (CSV/JSON) and a text of what it found.""
 FIGURES = {
     "r1": ("paper_figures.r1_bias_toy", "bias toy: x against simulated time, vanilla / Rescaled / γ ∝ 1/τ (Fig. A)"),
     "r2": ("paper_figures.r2_implicit_weights", "implicit weights of 5 step rules on 4 τ profiles"),
+    "r6": ("paper_figures.r6_homogeneous", "homogeneous data: Rescaled vs vanilla (noise floor τ_A/τ_H), median/IQR over seeds"),
 }

@@ -29,3 +29,13 @@ def test_r1_writes_three_rules(tmp_path):
     assert "holds here" in text and "1/τ_i" in text
     header = (tmp_path / "fig_a.csv").read_text().splitlines()[0]
     assert header == "time,x_vanilla,x_rescaled,x_inverse_tau"
+
+
+def test_r6_quick_rescaled_floor_exceeds_vanilla(tmp_path):
+    assert cli.main(["figure", "r6", "--quick", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "r6_homogeneous.txt").read_text()
+    assert "holds here" in text
+    rows = np.genfromtxt(tmp_path / "r6_homogeneous.csv", delimiter=",", names=True)
+    tail = rows["time"] >= 0.5 * rows["time"][-1]
+    v, r = rows["vanilla_ASGD"][tail].mean(), rows["Rescaled_ASGD"][tail].mean()
+    assert 1.2 < r / v < 3.0  # predicted τ_A/τ_H ≈ 1.67 (small-step formula; staleness adds to it)
