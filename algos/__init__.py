@@ -17,6 +17,7 @@ from algos.asgd import (
     staleness_aware_step,
 )
 from algos.base import Algorithm, Event, gradient_work
+from algos.local import async_local_sgd, local_sgd_work
 from algos.rounds import malenia_sgd, point_and_gradient_work, rennala_sgd, ringleader_asgd
 from algos.sync import minibatch_sgd
 from algos.tables import fedbuff_asgd, ia2sgd, ringmaster_asgd
@@ -27,6 +28,8 @@ __all__ = [
     "Event",
     "asgd",
     "asgd_with_step_rule",
+    "async_local_sgd",
+    "local_sgd_work",
     "clip_by_global_norm",
     "clipped_asgd",
     "constant_step",

@@ -38,11 +38,13 @@ class AlgorithmEntry:
     event_steps_fn: Optional[Callable[[float, Schedule], np.ndarray]] = None
     # For methods not described by per-arrival step mass (gradient tables): (γ, schedule) -> q.
     weights_fn: Optional[Callable[[float, Schedule], np.ndarray]] = None
+    # Whether each arrival is exactly the affine map x' = x − γ_k A_i (y_i − b_i) of theory.orbit
+    # (false for methods with momentum, local steps, tables or buffers).
+    exact_arrival_map: bool = True
 
     @property
     def has_cycle_map(self) -> bool:
-        """Whether each arrival is the affine map x' = x − γ_k A_i (y_i − b_i) of theory.orbit."""
-        return self.step is not None
+        return self.step is not None and self.exact_arrival_map
 
     def event_steps(self, stepsize: float, schedule: Schedule) -> np.ndarray:
         """γ of every arrival of ``schedule`` (computed on the host, without the engine)."""
@@ -179,6 +181,14 @@ ALGORITHMS: dict[str, AlgorithmEntry] = {
                        "Malenia SGD, S = n, step γn: (1/n) Σ g_i/B_i is unbiased", weights_fn=_uniform),
         AlgorithmEntry("ringleader_asgd", lambda g, s: algos.ringleader_asgd(stepsize=g), None, None,
                        "Ringleader ASGD: n table updates per round (unbiased)", weights_fn=_uniform),
+        # H = 2 local steps, β = 0.5, N = 2: per arrival about η·η_ℓ·H/(1 − β) = γ of step mass, the
+        # same for every worker, so to first order it targets vanilla's frequency-weighted objective.
+        AlgorithmEntry("async_local_sgd",
+                       lambda g, s: algos.async_local_sgd(stepsize=1.0, local_stepsize=g * 0.5 / 2, local_steps=2,
+                                                          momentum=0.5, delay=2),
+                       _per_worker(_constant), None,
+                       "async local SGD (H = 2) with Delayed Nesterov (β = 0.5, N = 2): frequency-weighted to first order",
+                       exact_arrival_map=False),
     )
 }
 
