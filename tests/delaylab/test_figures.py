@@ -39,3 +39,10 @@ def test_r6_quick_rescaled_floor_exceeds_vanilla(tmp_path):
     tail = rows["time"] >= 0.5 * rows["time"][-1]
     v, r = rows["vanilla_ASGD"][tail].mean(), rows["Rescaled_ASGD"][tail].mean()
     assert 1.2 < r / v < 3.0  # predicted τ_A/τ_H ≈ 1.67 (small-step formula; staleness adds to it)
+
+
+def test_r3_quick_floors_match_small_step_formula(tmp_path):
+    assert cli.main(["figure", "r3", "--quick", "--out", str(tmp_path)]) == 0
+    rows = np.genfromtxt(tmp_path / "r3_noise_floor.csv", delimiter=",", names=True, dtype=None, encoding="utf-8")
+    small = rows[rows["stepsize"] <= 0.004]
+    assert np.all(np.abs(small["measured"] / small["predicted"] - 1) < 0.05)
