@@ -46,3 +46,18 @@ def test_r3_quick_floors_match_small_step_formula(tmp_path):
     rows = np.genfromtxt(tmp_path / "r3_noise_floor.csv", delimiter=",", names=True, dtype=None, encoding="utf-8")
     small = rows[rows["stepsize"] <= 0.004]
     assert np.all(np.abs(small["measured"] / small["predicted"] - 1) < 0.05)
+
+
+def test_r4_quick_biased_methods_stall_at_their_limit(tmp_path):
+    assert cli.main(["figure", "r4", "--quick", "--out", str(tmp_path)]) == 0
+    rows = np.genfromtxt(tmp_path / "r4_time_to_eps.csv", delimiter=",", names=True)
+    text = (tmp_path / "r4_time_to_eps.txt").read_text()
+    stall = float(text.split("‖∇F(x_p)‖² = ")[1].split(",")[0])
+
+    def smallest(col):
+        ok = np.isfinite(rows[col])
+        return rows["eps"][ok].min() if ok.any() else np.inf
+
+    assert smallest("vanilla_ASGD") >= 0.9 * stall  # cannot settle below its biased limit
+    for col in ("Ringleader_ASGD", "Malenia_SGD_S__n", "IA²SGD", "Rescaled_ASGD"):
+        assert smallest(col) < stall / 100, col
