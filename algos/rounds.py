@@ -99,15 +99,44 @@ def rennala_sgd(*, stepsize: float, batch: int) -> Algorithm:
 
 class MaleniaState(NamedTuple):
     params: Params
-    sums: Params  # [n, ...] per-worker sums of this round's gradients
-    counts: jax.Array  # int32 [n]
+    sums: Params  # [n, ...] per-worker sums of gradients; valid only where stamp == round
+    counts: jax.Array  # int32 [n], same validity
+    stamp: jax.Array  # int32 [n], the round in which each worker's entry was last written
+    average: Params  # Σ_i sums_i / counts_i over valid entries, kept up to date (O(d) per arrival)
     round: jax.Array
     job_round: jax.Array  # int32 [n]
 
 
 def _malenia_init(hparams, params, n):
     sums = jax.tree.map(lambda x: jnp.zeros((n,) + x.shape, x.dtype), params)
-    return MaleniaState(params, sums, jnp.zeros((n,), jnp.int32), jnp.zeros((), jnp.int32), jnp.zeros((n,), jnp.int32))
+    zi = jnp.zeros((n,), jnp.int32)
+    return MaleniaState(params, sums, zi, jnp.full((n,), -1, jnp.int32), jax.tree.map(jnp.zeros_like, params),
+                        jnp.zeros((), jnp.int32), zi)
+
+
+def _accumulate(sums, counts, stamp, average, i, g, use, label):
+    """Add g to entry i of a table whose valid entries carry ``label``; a stale entry counts as
+    empty. Keeps ``average`` = Σ valid sums/counts. Returns the updated (sums, counts, stamp, average)."""
+    valid = stamp[i] == label
+    old_b = jnp.where(valid, counts[i], 0)
+    new_b = old_b + 1
+
+    def old_entry(S):
+        return jnp.where(valid, S[i], jnp.zeros_like(S[i]))
+
+    def new_sums(S, gg):
+        return S.at[i].set(jnp.where(use, old_entry(S) + gg, S[i]))
+
+    def new_average(A, S, gg):
+        old = old_entry(S)
+        old_avg = jnp.where(old_b > 0, old / jnp.maximum(old_b, 1).astype(old.dtype), jnp.zeros_like(old))
+        return jnp.where(use, A + (old + gg) / new_b.astype(old.dtype) - old_avg, A)
+
+    average = jax.tree.map(new_average, average, sums, g)
+    sums = jax.tree.map(new_sums, sums, g)
+    counts = counts.at[i].set(jnp.where(use, new_b, counts[i]))
+    stamp = stamp.at[i].set(jnp.where(use, label, stamp[i]))
+    return sums, counts, stamp, average
 
 
 def _malenia_apply(hparams: HParams, state: MaleniaState, message, event: Event):
@@ -115,21 +144,17 @@ def _malenia_apply(hparams: HParams, state: MaleniaState, message, event: Event)
     i = event.worker
     n = state.counts.shape[0]
     fresh = event.delivered & (state.job_round[i] == state.round)
-    sums = jax.tree.map(lambda s, g: s.at[i].add(jnp.where(fresh, g, jnp.zeros_like(g))), state.sums, grad)
-    counts = state.counts.at[i].add(fresh.astype(jnp.int32))
+    sums, counts, stamp, average = _accumulate(state.sums, state.counts, state.stamp, state.average, i, grad, fresh,
+                                               state.round)
+    eff = jnp.where(stamp == state.round, counts, 0)
     gamma = jnp.asarray(hparams["stepsize"])
-    safe = jnp.maximum(counts, 1).astype(gamma.dtype)
-    harmonic = n / jnp.sum(1.0 / safe)
-    ready = jnp.all(counts >= 1) & (harmonic * n >= jnp.asarray(hparams["batch"]).astype(gamma.dtype))
-
-    def step(x, s):
-        w = (1.0 / safe).reshape((-1,) + (1,) * (s.ndim - 1)).astype(s.dtype)
-        return x - gamma.astype(x.dtype) * jnp.sum(w * s, axis=0) / n
-
-    params = _where(ready, jax.tree.map(step, state.params, sums), state.params)
-    rnd = state.round + ready.astype(jnp.int32)
-    state = MaleniaState(params, _where(ready, jax.tree.map(jnp.zeros_like, sums), sums),
-                         jnp.where(ready, jnp.zeros_like(counts), counts), rnd, state.job_round.at[i].set(rnd))
+    harmonic = n / jnp.sum(1.0 / jnp.maximum(eff, 1).astype(gamma.dtype))
+    ready = jnp.all(eff >= 1) & (harmonic * n >= jnp.asarray(hparams["batch"]).astype(gamma.dtype))
+    params = _where(ready, jax.tree.map(lambda x, a: x - gamma.astype(x.dtype) * a / n, state.params, average),
+                    state.params)
+    rnd = state.round + ready.astype(jnp.int32)  # a new round: every entry's stamp is now stale
+    average = _where(ready, jax.tree.map(jnp.zeros_like, average), average)
+    state = MaleniaState(params, sums, counts, stamp, average, rnd, state.job_round.at[i].set(rnd))
     stats = {"discarded": (event.delivered & ~fresh).astype(jnp.int32), "rounds": ready.astype(jnp.int32)}
     return state, params, stats
 
@@ -157,62 +182,60 @@ def malenia_sgd(*, stepsize: float, batch: int) -> Algorithm:
 
 class RingleaderState(NamedTuple):
     params: Params
-    table: Params  # [n, ...] sums G_i of the current table
-    counts: jax.Array  # int32 [n], b_i
-    next_table: Params  # [n, ...] G⁺_i
-    next_counts: jax.Array  # int32 [n], b⁺_i
+    tables: Params  # [2, n, ...]: slot k holds entries labelled with a round r, r % 2 == k
+    counts: jax.Array  # int32 [2, n]
+    labels: jax.Array  # int32 [2, n]: the round in which an entry is (or becomes) the current table
+    averages: Params  # [2, ...]: Σ_j G_j/b_j over each slot's entries with the matching label
     updated: jax.Array  # bool [n], U
     updating: jax.Array  # bool [], phase 2
+    round: jax.Array  # int32 []
 
 
 def _ringleader_init(hparams, params, n):
-    z = jax.tree.map(lambda x: jnp.zeros((n,) + x.shape, x.dtype), params)
-    zc = jnp.zeros((n,), jnp.int32)
-    return RingleaderState(params, z, zc, z, zc, jnp.zeros((n,), bool), jnp.zeros((), bool))
+    z = jax.tree.map(lambda x: jnp.zeros((2, n) + x.shape, x.dtype), params)
+    return RingleaderState(params, z, jnp.zeros((2, n), jnp.int32), jnp.full((2, n), -1, jnp.int32),
+                           jax.tree.map(lambda x: jnp.zeros((2,) + x.shape, x.dtype), params),
+                           jnp.zeros((n,), bool), jnp.zeros((), bool), jnp.zeros((), jnp.int32))
 
 
 def _ringleader_apply(hparams: HParams, s: RingleaderState, message, event: Event):
+    """O(d) per arrival: the 'current' and 'next' tables are two slots whose entries carry the
+    round they belong to, so the round transition is a counter increment, not a copy."""
     grad, point = message
     i, ok = event.worker, event.delivered
+    R = s.round
     in_u = s.updated[i]
-    # Where this gradient goes: the current table, unless i already updated this round.
-    to_next = ok & s.updating & in_u
-    to_current = ok & ~to_next
+    to_next = ok & s.updating & in_u  # i already updated this round: its gradient is at its new point
+    label = jnp.where(to_next, R + 1, R)
+    slot = label % 2
 
-    def add(T, g, use):
-        return T.at[i].add(jnp.where(use, g, jnp.zeros_like(g)))
+    tab = jax.tree.map(lambda T: T[slot], s.tables)
+    avg = jax.tree.map(lambda A: A[slot], s.averages)
+    tab, cnt, lab, avg = _accumulate(tab, s.counts[slot], s.labels[slot], avg, i, grad, ok, label)
+    tables = jax.tree.map(lambda T, t: T.at[slot].set(t), s.tables, tab)
+    averages = jax.tree.map(lambda A, a: A.at[slot].set(a), s.averages, avg)
+    counts = s.counts.at[slot].set(cnt)
+    labels = s.labels.at[slot].set(lab)
 
-    table = jax.tree.map(lambda T, g: add(T, g, to_current), s.table, grad)
-    counts = s.counts.at[i].add(to_current.astype(jnp.int32))
-    next_table = jax.tree.map(lambda T, g: add(T, g, to_next), s.next_table, grad)
-    next_counts = s.next_counts.at[i].add(to_next.astype(jnp.int32))
-    # Phase 1 ends when the table is full; that arrival is then the round's first update.
-    updating = s.updating | (ok & jnp.all(counts > 0))
+    cur = R % 2
+    current_counts = jnp.where(labels[cur] == R, counts[cur], 0)
+    # Phase 1 ends when the current table is full; that arrival is then the round's first update.
+    updating = s.updating | (ok & jnp.all(current_counts > 0))
     do_update = ok & updating & ~in_u
     gamma = jnp.asarray(hparams["stepsize"])
-    n = counts.shape[0]
-    safe = jnp.maximum(counts, 1)
-
-    def step(x, T):
-        w = (1.0 / safe).astype(T.dtype).reshape((-1,) + (1,) * (T.ndim - 1))
-        return x - gamma.astype(x.dtype) * jnp.sum(w * T, axis=0) / n
-
-    params = _where(do_update, jax.tree.map(step, s.params, table), s.params)
+    n = current_counts.shape[0]
+    params = _where(do_update, jax.tree.map(lambda x, A: x - gamma.astype(x.dtype) * A[cur] / n, s.params, averages),
+                    s.params)
     updated = s.updated.at[i].set(in_u | do_update)
-    # After n updates: the next table becomes current and a new round starts in phase 1.
-    done = do_update & jnp.all(updated)
-    state = RingleaderState(
-        params,
-        _where(done, next_table, table), jnp.where(done, next_counts, counts),
-        _where(done, jax.tree.map(jnp.zeros_like, next_table), next_table),
-        jnp.where(done, jnp.zeros_like(next_counts), next_counts),
-        jnp.where(done, jnp.zeros_like(updated), updated),
-        jnp.where(done, False, updating),
-    )
+    done = do_update & jnp.all(updated)  # after n updates the next table becomes current
+    averages = jax.tree.map(lambda A: jnp.where(done, A.at[cur].set(jnp.zeros_like(A[cur])), A), averages)
+    state = RingleaderState(params, tables, counts, labels, averages,
+                            jnp.where(done, jnp.zeros_like(updated), updated), jnp.where(done, False, updating),
+                            R + done.astype(jnp.int32))
     # The worker moves to the new model only at its own update; otherwise (a lost result too)
     # it computes again at the same point, which keeps its table entries consistent.
     nxt = _where(do_update, params, point)
-    stats = {"stepsize": jnp.where(do_update, gamma, 0.0), "table_size": jnp.where(ok, counts[i], 0)}
+    stats = {"stepsize": jnp.where(do_update, gamma, 0.0), "table_size": jnp.where(ok, current_counts[i], 0)}
     return state, nxt, stats
 
 

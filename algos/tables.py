@@ -90,23 +90,25 @@ def ringmaster_asgd(*, stepsize: float, threshold: int) -> Algorithm:
 class TableState(NamedTuple):
     params: Params
     table: Params  # [n, ...]: each worker's latest gradient
+    total: Params  # Σ_j table[j], kept up to date so that an arrival costs O(d), not O(n·d)
     filled: jax.Array  # bool [n]
 
 
 def _ia2_init(hparams, params, num_workers):
     table = jax.tree.map(lambda x: jnp.zeros((num_workers,) + x.shape, x.dtype), params)
-    return TableState(params, table, jnp.zeros((num_workers,), bool))
+    return TableState(params, table, jax.tree.map(jnp.zeros_like, params), jnp.zeros((num_workers,), bool))
 
 
 def _ia2_apply(hparams: HParams, state: TableState, grad: Params, event: Event):
     i, ok = event.worker, event.delivered
+    n = state.filled.shape[0]
+    total = jax.tree.map(lambda S, T, g: jnp.where(ok, S + g - T[i], S), state.total, state.table, grad)
     table = jax.tree.map(lambda T, g: T.at[i].set(jnp.where(ok, g, T[i])), state.table, grad)
     filled = state.filled.at[i].set(state.filled[i] | ok)
     use = ok & jnp.all(filled)  # warm-up: no update until every worker has reported once
     gamma = jnp.asarray(hparams["stepsize"])
-    mean = jax.tree.map(lambda T: jnp.mean(T, axis=0), table)
-    params = _step(state.params, mean, gamma, use)
-    return TableState(params, table, filled), params, {"stepsize": jnp.where(use, gamma, 0.0)}
+    params = _step(state.params, total, gamma / n, use)
+    return TableState(params, table, total, filled), params, {"stepsize": jnp.where(use, gamma, 0.0)}
 
 
 def _validate_ia2(hparams, num_workers):
