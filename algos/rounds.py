@@ -114,28 +114,29 @@ def _malenia_init(hparams, params, n):
                         jnp.zeros((), jnp.int32), zi)
 
 
-def _accumulate(sums, counts, stamp, average, i, g, use, label):
-    """Add g to entry i of a table whose valid entries carry ``label``; a stale entry counts as
-    empty. Keeps ``average`` = Σ valid sums/counts. Returns the updated (sums, counts, stamp, average)."""
-    valid = stamp[i] == label
-    old_b = jnp.where(valid, counts[i], 0)
+def _accumulate(sums, counts, stamp, average, idx: tuple, avg_idx: tuple, g, use, label):
+    """Add g to entry ``idx`` of a table whose valid entries carry ``label`` (a stale entry
+    counts as empty), keeping ``average[avg_idx]`` = Σ valid sums/counts. Everything is indexed
+    in place, so the cost is O(d) whatever the table's size."""
+    valid = stamp[idx] == label
+    old_b = jnp.where(valid, counts[idx], 0)
     new_b = old_b + 1
 
     def old_entry(S):
-        return jnp.where(valid, S[i], jnp.zeros_like(S[i]))
+        return jnp.where(valid, S[idx], jnp.zeros_like(S[idx]))
 
     def new_sums(S, gg):
-        return S.at[i].set(jnp.where(use, old_entry(S) + gg, S[i]))
+        return S.at[idx].set(jnp.where(use, old_entry(S) + gg, S[idx]))
 
     def new_average(A, S, gg):
         old = old_entry(S)
         old_avg = jnp.where(old_b > 0, old / jnp.maximum(old_b, 1).astype(old.dtype), jnp.zeros_like(old))
-        return jnp.where(use, A + (old + gg) / new_b.astype(old.dtype) - old_avg, A)
+        return A.at[avg_idx].set(jnp.where(use, A[avg_idx] + (old + gg) / new_b.astype(old.dtype) - old_avg, A[avg_idx]))
 
     average = jax.tree.map(new_average, average, sums, g)
     sums = jax.tree.map(new_sums, sums, g)
-    counts = counts.at[i].set(jnp.where(use, new_b, counts[i]))
-    stamp = stamp.at[i].set(jnp.where(use, label, stamp[i]))
+    counts = counts.at[idx].set(jnp.where(use, new_b, counts[idx]))
+    stamp = stamp.at[idx].set(jnp.where(use, label, stamp[idx]))
     return sums, counts, stamp, average
 
 
@@ -144,8 +145,8 @@ def _malenia_apply(hparams: HParams, state: MaleniaState, message, event: Event)
     i = event.worker
     n = state.counts.shape[0]
     fresh = event.delivered & (state.job_round[i] == state.round)
-    sums, counts, stamp, average = _accumulate(state.sums, state.counts, state.stamp, state.average, i, grad, fresh,
-                                               state.round)
+    sums, counts, stamp, average = _accumulate(state.sums, state.counts, state.stamp, state.average, (i,), (),
+                                               grad, fresh, state.round)
     eff = jnp.where(stamp == state.round, counts, 0)
     gamma = jnp.asarray(hparams["stepsize"])
     harmonic = n / jnp.sum(1.0 / jnp.maximum(eff, 1).astype(gamma.dtype))
@@ -209,13 +210,8 @@ def _ringleader_apply(hparams: HParams, s: RingleaderState, message, event: Even
     label = jnp.where(to_next, R + 1, R)
     slot = label % 2
 
-    tab = jax.tree.map(lambda T: T[slot], s.tables)
-    avg = jax.tree.map(lambda A: A[slot], s.averages)
-    tab, cnt, lab, avg = _accumulate(tab, s.counts[slot], s.labels[slot], avg, i, grad, ok, label)
-    tables = jax.tree.map(lambda T, t: T.at[slot].set(t), s.tables, tab)
-    averages = jax.tree.map(lambda A, a: A.at[slot].set(a), s.averages, avg)
-    counts = s.counts.at[slot].set(cnt)
-    labels = s.labels.at[slot].set(lab)
+    tables, counts, labels, averages = _accumulate(s.tables, s.counts, s.labels, s.averages, (slot, i), (slot,),
+                                                   grad, ok, label)
 
     cur = R % 2
     current_counts = jnp.where(labels[cur] == R, counts[cur], 0)

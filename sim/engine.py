@@ -57,8 +57,8 @@ class RunResult:
     """What a run (or, with leading batch axes, a sweep) returns.
 
     Attributes:
-      params: the final server model (pytree of arrays).
-      state: the final server state.
+      params: the final server model (pytree of arrays); after a divergence, the last finite one.
+      state: the final server state (after a divergence it holds the non-finite values).
       metrics: per log point (first row: before any event): ``time``, ``events`` (processed so
         far), ``loss`` (F), ``grad_norm`` (‖∇F‖), ``dist_<name>`` for every target (``optimum``
         is the problem's minimiser where known), ``updates_per_worker`` [.., n] (cumulative
@@ -95,6 +95,7 @@ class _Static:
     by_round: bool
     record_params: bool = False
     batching: str = "vmap"  # how a block's worker jobs are batched: "vmap" or "map" (lax.map)
+    padded: bool = True  # whether the block plan has padding slots to skip
 
 
 def _tree_where(pred, new, old):
@@ -151,57 +152,70 @@ def _simulate(static: _Static, hparams, data, x0, key, ev, plan_events, targets)
         return {k: v.dtype for k, v in out.items()}
 
     stat_sums0 = {k: jnp.zeros((n,), dt) for k, dt in stats_shape().items()}
-    carry0 = (state0, points0, tail0, jnp.zeros((), ev["tail_weight"].dtype), stat_sums0, jnp.asarray(-1, jnp.int32))
+    # Carry: (state, worker points, tail sum, tail weight, per-worker stat sums, first bad event,
+    # last finite model). Nothing here costs more than O(d) per event besides the algorithm's own
+    # work: padding slots are skipped with a real branch (their mask comes from the schedule, so it
+    # is the same for every run of a sweep), and a divergence is not undone by copying the state
+    # back (O(state) per event) but by keeping the last finite model aside.
+    carry0 = (state0, points0, tail0, jnp.zeros((), ev["tail_weight"].dtype), stat_sums0,
+              jnp.asarray(-1, jnp.int32), params_of(state0))
+
+    def after_event(carry, new_state, e, workers, next_points, stats, valid_slots, x_before):
+        """Bookkeeping shared by both block kinds, once the server has handled event(s) ``e``."""
+        _, points, tail, tail_w, sums, bad, last_good = carry
+        x = params_of(new_state)
+        finite = _all_finite(x)
+        commit = (bad < 0) & finite
+        bad = jnp.where((bad < 0) & ~finite, e[0], bad)
+        last_good = _tree_where(commit, x, last_good)
+        keep = commit & valid_slots
+
+        def scatter(Y, p):
+            mask = keep.reshape((-1,) + (1,) * (p.ndim - 1))
+            return Y.at[workers].set(jnp.where(mask, p, Y[workers]))
+
+        points = jax.tree.map(scatter, points, next_points)
+        # x_before holds until the last arrival of a round; after it the new model holds.
+        weights = jnp.where(keep, ev["tail_weight"][e], 0.0)
+        w_last = weights[-1]
+        w_rest = jnp.sum(weights) - w_last
+        tail = jax.tree.map(lambda t, a, b: t + w_rest.astype(a.dtype) * a + w_last.astype(b.dtype) * b,
+                            tail, x_before, x)
+        sums = {k: v.at[workers].add(jnp.where(keep, stats[k], 0).astype(v.dtype)) for k, v in sums.items()}
+        return (new_state, points, tail, tail_w + jnp.sum(weights), sums, bad, last_good)
 
     def async_block(carry, idx):
         e_blk, w_blk, msgs = jobs(carry[1], idx)
 
         def slot(carry, xs):
-            state, points, tail, tail_w, sums, bad = carry
             msg, e, w, valid = xs
-            new_state, next_point, stats = apply(hparams, state, msg, event_at(e))
-            active = valid & (bad < 0)
-            finite = _all_finite(params_of(new_state))
-            commit = active & finite
-            bad = jnp.where(active & ~finite, e, bad)
-            state = _tree_where(commit, new_state, state)
-            points = jax.tree.map(lambda Y, p: Y.at[w].set(jnp.where(commit, p, Y[w])), points, next_point)
-            weight = jnp.where(commit, ev["tail_weight"][e], 0.0)
-            tail = jax.tree.map(lambda t, x: t + weight.astype(x.dtype) * x, tail, params_of(state))
-            sums = {k: v.at[w].add(jnp.where(commit, stats[k], 0).astype(v.dtype)) for k, v in sums.items()}
-            return (state, points, tail, tail_w + weight, sums, bad), None
+
+            def handle(carry):
+                state = carry[0]
+                new_state, next_point, stats = apply(hparams, state, msg, event_at(e))
+                one = lambda t: jax.tree.map(lambda a: a[None], t)
+                return after_event(carry, new_state, e[None], w[None], one(next_point), one(stats),
+                                   jnp.ones((1,), bool), params_of(state))
+
+            if not static.padded:  # no padding: no branch (XLA may copy a conditional's operands)
+                return handle(carry), None
+            return jax.lax.cond(valid, handle, lambda c: c, carry), None
 
         carry, _ = jax.lax.scan(slot, carry, (msgs, e_blk, w_blk, idx >= 0))
         return carry, None
 
     def round_block(carry, idx):
-        state, points, tail, tail_w, sums, bad = carry
-        e_blk, w_blk, msgs = jobs(points, idx)
         valid = idx >= 0
-        events = jax.vmap(event_at)(e_blk)
-        new_state, next_points, stats = apply_round(hparams, state, msgs, events, valid)
-        active = jnp.any(valid) & (bad < 0)
-        finite = _all_finite(params_of(new_state))
-        commit = active & finite
-        bad = jnp.where(active & ~finite, e_blk[0], bad)  # a round is reported by its first event
-        x_old = params_of(state)
-        state = _tree_where(commit, new_state, state)
-        keep = commit & valid
 
-        def scatter(Y, p):
-            cur = Y[w_blk]
-            mask = keep.reshape((-1,) + (1,) * (p.ndim - 1))
-            return Y.at[w_blk].set(jnp.where(mask, p, cur))
+        def handle(carry):
+            state, points = carry[0], carry[1]
+            e_blk, w_blk, msgs = jobs(points, idx)
+            events = jax.vmap(event_at)(e_blk)
+            new_state, next_points, stats = apply_round(hparams, state, msgs, events, valid)
+            # a round is reported by its first event if it diverges
+            return after_event(carry, new_state, e_blk, w_blk, next_points, stats, valid, params_of(state))
 
-        points = jax.tree.map(scatter, points, next_points)
-        # Until the round's last arrival the server still holds the old model.
-        weights = jnp.where(keep, ev["tail_weight"][e_blk], 0.0)
-        w_last = weights[-1]
-        w_rest = jnp.sum(weights) - w_last
-        tail = jax.tree.map(lambda t, a, b: t + w_rest.astype(a.dtype) * a + w_last.astype(b.dtype) * b,
-                            tail, x_old, params_of(state))
-        sums = {k: v.at[w_blk].add(jnp.where(keep, stats[k], 0).astype(v.dtype)) for k, v in sums.items()}
-        return (state, points, tail, tail_w + jnp.sum(weights), sums, bad), None
+        return jax.lax.cond(jnp.any(valid), handle, lambda c: c, carry), None
 
     block = round_block if static.by_round else async_block
 
@@ -222,11 +236,11 @@ def _simulate(static: _Static, hparams, data, x0, key, ev, plan_events, targets)
     carry, metrics = jax.lax.scan(chunk, carry0, plan_events)
     first = measure(state0)
     metrics = {k: jnp.concatenate([first[k][None], v]) for k, v in metrics.items()}
-    state, _, tail, tail_w, sums, bad = carry
+    state, _, tail, tail_w, sums, bad, last_good = carry
     # NaN when no event was committed inside the window (a run that diverged before it).
     tail_avg = jax.tree.map(lambda t: jnp.where(tail_w > 0, t / jnp.where(tail_w > 0, tail_w, 1).astype(t.dtype),
                                                 jnp.nan), tail)
-    return {"state": state, "params": params_of(state), "metrics": metrics, "tail": tail_avg,
+    return {"state": state, "params": last_good, "metrics": metrics, "tail": tail_avg,
             "stats": sums, "bad": bad}
 
 
@@ -375,7 +389,8 @@ def _prepare(alg, problem, schedule, *, hparams, log_every, block_size, targets,
     runs = (H or 1) * num_keys  # runs batched together: the block-size choice depends on it
     plan = plan_blocks(schedule, log_every=log_every, block_size=block_size, by_round=by_round, runs=runs)
     ev, window = _event_arrays(schedule, average_from, dtype)
-    static = _Static(alg.functions, problem.fns, problem.num_workers, by_round, bool(record_params), batching)
+    static = _Static(alg.functions, problem.fns, problem.num_workers, by_round, bool(record_params), batching,
+                     bool(np.any(plan.events < 0)))
     return static, hp, H, plan, ev, window, _targets(problem, targets, dtype)
 
 
