@@ -8,14 +8,14 @@ this schedule, spec §2.2) and the closed-form approximation of spec §2.4 (dela
 
 from __future__ import annotations
 
-import os
 
 import jax
 import numpy as np
 
 import theory
 from delaylab.registry import ALGORITHMS
-from sim import problems, schedules, store
+from paper_figures._output import save_figure, write_outputs
+from sim import problems, schedules
 
 N = 6
 RULES = ("asgd", "rescaled_asgd", "delay_adaptive_asgd", "staleness_aware_asgd", "fedbuff_asgd")
@@ -99,19 +99,11 @@ def plot(data: dict, path: str) -> None:
     axes[0].set_ylabel("implicit weight q_i")
     axes[-1].legend(fontsize=7, loc="lower left")
     fig.suptitle("Implicit weights: dots measured, lines step-mass prediction, dotted spec §2.4 closed form", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def write(out_dir: str, *, quick: bool = False) -> str:
-    os.makedirs(out_dir, exist_ok=True)
     data = compute(quick=quick)
-    path = os.path.join(out_dir, "r2_implicit_weights.png")
-    plot(data, path)
     flat = [{"profile": r["profile"], "rule": r["rule"], "worker": k, "measured": float(r["measured"][k]),
              "exact": float(r["exact"][k]), "approx": float(r["approx"][k])} for r in data["rows"] for k in range(N)]
-    store.write_csv(os.path.join(out_dir, "r2_implicit_weights.csv"), flat)
-    with open(os.path.join(out_dir, "r2_implicit_weights.txt"), "w") as fh:
-        fh.write(findings(data))
-    return path
+    return write_outputs(out_dir, "r2_implicit_weights", data, plot, flat, findings(data))

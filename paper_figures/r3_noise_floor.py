@@ -9,14 +9,14 @@ All step sizes of one σ run as one compiled sweep.
 
 from __future__ import annotations
 
-import os
 
 import jax
 import numpy as np
 
 import theory
 from delaylab.registry import ALGORITHMS
-from sim import problems, schedules, store
+from paper_figures._output import save_figure, write_outputs
+from sim import problems, schedules
 
 TAUS = np.array([1.0, 2.0, 3.0, 5.0])
 
@@ -101,17 +101,9 @@ def plot(data: dict, path: str) -> None:
     ax.set_title("Noise floors: dots measured, lines V σ²/(4Γ)")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def write(out_dir: str, *, quick: bool = False) -> str:
-    os.makedirs(out_dir, exist_ok=True)
     data = compute(quick=quick)
-    path = os.path.join(out_dir, "r3_noise_floor.png")
-    plot(data, path)
-    store.write_csv(os.path.join(out_dir, "r3_noise_floor.csv"), data["rows"])
-    with open(os.path.join(out_dir, "r3_noise_floor.txt"), "w") as fh:
-        fh.write(findings(data))
-    return path
+    return write_outputs(out_dir, "r3_noise_floor", data, plot, data["rows"], findings(data))

@@ -18,7 +18,8 @@ import numpy as np
 import algos
 import sim
 import theory
-from sim import schedules, store
+from paper_figures._output import save_figure, write_outputs
+from sim import schedules
 
 N, D = 8, 10
 SMOOTH = 21  # log points (of about 2000 per run) in the centred mean of ‖∇F‖²
@@ -116,19 +117,11 @@ def plot(data: dict, path: str) -> None:
     ax.set_title("Time to ε on heterogeneous quadratics (τ_i = i, n = 8)")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def write(out_dir: str, *, quick: bool = False) -> str:
-    os.makedirs(out_dir, exist_ok=True)
     data = compute(quick=quick)
-    path = os.path.join(out_dir, "r4_time_to_eps.png")
-    plot(data, path)
     rows = [{"eps": float(e), "lower_bound": float(lb), **{k: float(v[j]) for k, v in data["times"].items()}}
             for j, (e, lb) in enumerate(zip(data["eps"], data["lower_bound"]))]
-    store.write_csv(os.path.join(out_dir, "r4_time_to_eps.csv"), rows)
-    with open(os.path.join(out_dir, "r4_time_to_eps.txt"), "w") as fh:
-        fh.write(findings(data))
-    return path
+    return write_outputs(out_dir, "r4_time_to_eps", data, plot, rows, findings(data))

@@ -17,7 +17,8 @@ import numpy as np
 import algos
 import sim
 import theory
-from sim import schedules, store
+from paper_figures._output import save_figure, write_outputs
+from sim import schedules
 
 STEPSIZE = 0.004
 
@@ -105,19 +106,11 @@ def plot(data: dict, path: str) -> None:
     ax.set_title(f"Homogeneous data, n = {data['n']}: Rescaled pays τ_A/τ_H in noise")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def write(out_dir: str, *, quick: bool = False) -> str:
-    os.makedirs(out_dir, exist_ok=True)
     data = compute(quick=quick)
-    path = os.path.join(out_dir, "r6_homogeneous.png")
-    plot(data, path)
     rows = [{"time": float(t), **{k: float(np.median(v[:, j])) for k, v in data["curves"].items()}}
             for j, t in enumerate(data["time"])]
-    store.write_csv(os.path.join(out_dir, "r6_homogeneous.csv"), rows)
-    with open(os.path.join(out_dir, "r6_homogeneous.txt"), "w") as fh:
-        fh.write(findings(data))
-    return path
+    return write_outputs(out_dir, "r6_homogeneous", data, plot, rows, findings(data))
