@@ -32,3 +32,13 @@ def check_taus(name: str, taus, num_workers: int | None = None, *, argument: str
             f"{name}: {argument} has {arr.shape[-1]} entries but the problem has "
             f"{num_workers} workers; give one τ per worker"
         )
+
+
+def stepsize_only(name: str):
+    """A ``validate`` function for algorithms whose only checked hyperparameter is ``stepsize``."""
+
+    def validate(hparams, num_workers: int) -> None:
+        del num_workers
+        check_stepsize(name, hparams["stepsize"])
+
+    return validate

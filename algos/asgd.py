@@ -98,9 +98,7 @@ def constant_step(hparams: HParams, event: Event) -> jax.Array:
     return jnp.asarray(hparams["stepsize"])
 
 
-def _validate_vanilla(hparams: HParams, num_workers: int) -> None:
-    del num_workers
-    _checks.check_stepsize("asgd", hparams["stepsize"])
+_validate_vanilla = _checks.stepsize_only("asgd")
 
 
 def asgd(*, stepsize: float) -> Algorithm:
@@ -205,15 +203,7 @@ def staleness_aware_step(hparams: HParams, event: Event) -> jax.Array:
     return gamma / jnp.maximum(1, event.staleness).astype(gamma.dtype)
 
 
-def _validate_stepsize_only(name):
-    def validate(hparams: HParams, num_workers: int) -> None:
-        del num_workers
-        _checks.check_stepsize(name, hparams["stepsize"])
-
-    return validate
-
-
-_validate_staleness_aware = _validate_stepsize_only("staleness_aware_asgd")
+_validate_staleness_aware = _checks.stepsize_only("staleness_aware_asgd")
 
 
 def staleness_aware_asgd(*, stepsize: float) -> Algorithm:

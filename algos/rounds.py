@@ -73,8 +73,7 @@ def _rennala_apply(hparams: HParams, state: RennalaState, message, event: Event)
     return state, params, stats
 
 
-def _validate_rennala(hparams, n):
-    _checks.check_stepsize("rennala_sgd", hparams["stepsize"])
+_validate_rennala = _checks.stepsize_only("rennala_sgd")
 
 
 def rennala_sgd(*, stepsize: float, batch: int) -> Algorithm:
@@ -160,8 +159,7 @@ def _malenia_apply(hparams: HParams, state: MaleniaState, message, event: Event)
     return state, params, stats
 
 
-def _validate_malenia(hparams, n):
-    _checks.check_stepsize("malenia_sgd", hparams["stepsize"])
+_validate_malenia = _checks.stepsize_only("malenia_sgd")
 
 
 def malenia_sgd(*, stepsize: float, batch: int) -> Algorithm:
@@ -235,8 +233,7 @@ def _ringleader_apply(hparams: HParams, s: RingleaderState, message, event: Even
     return state, nxt, stats
 
 
-def _validate_ringleader(hparams, n):
-    _checks.check_stepsize("ringleader_asgd", hparams["stepsize"])
+_validate_ringleader = _checks.stepsize_only("ringleader_asgd")
 
 
 def ringleader_asgd(*, stepsize: float) -> Algorithm:

@@ -32,9 +32,7 @@ def _apply_round(hparams: HParams, state: ASGDState, grads: Params, events: Even
     return ASGDState(new_params), next_points, {"stepsize": jnp.where(use, scale, 0.0)}
 
 
-def _validate(hparams: HParams, num_workers: int) -> None:
-    del num_workers
-    _checks.check_stepsize("minibatch_sgd", hparams["stepsize"])
+_validate = _checks.stepsize_only("minibatch_sgd")
 
 
 def minibatch_sgd(*, stepsize: float) -> Algorithm:

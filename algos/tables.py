@@ -63,8 +63,7 @@ def _ringmaster_apply(hparams: HParams, state: RingmasterState, grad: Params, ev
     return RingmasterState(params, _tick(state.clock, event.worker, use)), params, stats
 
 
-def _validate_ringmaster(hparams, num_workers):
-    _checks.check_stepsize("ringmaster_asgd", hparams["stepsize"])
+_validate_ringmaster = _checks.stepsize_only("ringmaster_asgd")
 
 
 def ringmaster_asgd(*, stepsize: float, threshold: int) -> Algorithm:
@@ -111,8 +110,7 @@ def _ia2_apply(hparams: HParams, state: TableState, grad: Params, event: Event):
     return TableState(params, table, total, filled), params, {"stepsize": jnp.where(use, gamma, 0.0)}
 
 
-def _validate_ia2(hparams, num_workers):
-    _checks.check_stepsize("ia2sgd", hparams["stepsize"])
+_validate_ia2 = _checks.stepsize_only("ia2sgd")
 
 
 def ia2sgd(*, stepsize: float) -> Algorithm:

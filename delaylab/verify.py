@@ -128,8 +128,6 @@ def verify_noise_floor(*, stepsize: float = 0.003, seed: int = 0) -> ScenarioOut
     its own, so the measured quantity is the gap with noise minus the gap of the same run with
     σ = 0 (same schedule). Also: Rescaled's floor over vanilla's, predicted τ_A/τ_H.
     """
-    from theory.noise import noise_floor, quadratic_gaps
-
     started = time.perf_counter()
     taus = np.array([1.0, 2.0, 3.0, 5.0])
     noisy = sim.problems.random_quadratic(4, 5, condition=3.0, spread=1.0, noise=1.0, seed=3)
@@ -146,9 +144,9 @@ def verify_noise_floor(*, stepsize: float = 0.003, seed: int = 0) -> ScenarioOut
             res = sim.run(entry.make(stepsize, schedule), problem, schedule, key=jax.random.key(seed), log_every=7,
                           record_params=True)
             tail = res.metrics["time"] > 0.2 * res.metrics["time"][-1]
-            gaps.append(float(quadratic_gaps(A, b, q, res.metrics["params"][tail]).mean()))
+            gaps.append(float(theory.quadratic_gaps(A, b, q, res.metrics["params"][tail]).mean()))
         metrics[name] = {k: v for k, v in res.metrics.items() if k != "params"}
-        predicted = noise_floor(A, b, taus, steps, 1.0).gap_weighted
+        predicted = theory.noise_floor(A, b, taus, steps, 1.0).gap_weighted
         measured[name] = gaps[0] - gaps[1]
         checks.append(theory.Check(NOISE_SCENARIO, name, "noise floor E F_q − F_q(x_q), σ-induced", predicted,
                                    measured[name], NOISE_TOLERANCE * predicted))

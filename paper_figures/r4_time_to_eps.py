@@ -10,7 +10,6 @@ the gradient norm of their biased limit.
 
 from __future__ import annotations
 
-import os
 
 import jax
 import numpy as np

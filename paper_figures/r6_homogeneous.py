@@ -9,7 +9,6 @@ slower method here. Delay-adaptive ASGD and Rennala SGD are shown for reference.
 
 from __future__ import annotations
 
-import os
 
 import jax
 import numpy as np

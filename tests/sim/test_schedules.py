@@ -38,7 +38,6 @@ def test_versions_and_staleness_by_hand():
 
 
 def test_event_order_matches_heap_simulation():
-    rng = np.random.default_rng(0)
     timing = schedules.RandomTiming(np.array([1.0, 2.0, 3.0, 5.0]), noise="lognormal", scale=0.5, seed=3)
     s = schedules.asynchronous(timing, num_events=400)
     dur = timing.durations(400)
@@ -46,7 +45,6 @@ def test_event_order_matches_heap_simulation():
     _, trace = heap_asgd(A, np.zeros((4, 1)), np.zeros(1), dur, 400, lambda i, st: 0.0)
     assert [w for _, w in trace] == s.worker.tolist()
     np.testing.assert_array_equal([t for t, _ in trace], s.finish)
-    del rng
 
 
 @pytest.mark.parametrize("noise", schedules.NOISE_KINDS)
