@@ -18,7 +18,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from algos import _checks
+from algos import _checks, _rows
 from algos.base import Algorithm, Event, HParams, Params
 from algos.tables import _check_int
 
@@ -32,10 +32,6 @@ def point_and_gradient_work(hparams: HParams, point: Params, oracle, key) -> tup
 
 def _where(pred, a, b):
     return jax.tree.map(lambda u, v: jnp.where(pred, u, v), a, b)
-
-
-def _same(a: Params, b: Params) -> jax.Array:
-    return jnp.all(jnp.stack([jnp.all(u == v) for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b))]))
 
 
 # --- Rennala SGD -------------------------------------------------------------------------------
@@ -98,63 +94,37 @@ def rennala_sgd(*, stepsize: float, batch: int) -> Algorithm:
 
 class MaleniaState(NamedTuple):
     params: Params
-    sums: Params  # [n, ...] per-worker sums of gradients; valid only where stamp == round
-    counts: jax.Array  # int32 [n], same validity
-    stamp: jax.Array  # int32 [n], the round in which each worker's entry was last written
-    average: Params  # Σ_i sums_i / counts_i over valid entries, kept up to date (O(d) per arrival)
+    sums: Params  # [n + 1, ...]: row i < n, worker i's sum of gradients; row n, Σ_i sums_i / counts_i
+    counts: jax.Array  # int32 [n + 1]
+    stamp: jax.Array  # int32 [n + 1], the round in which each row was last written; older rows are empty
     round: jax.Array
     job_round: jax.Array  # int32 [n]
 
 
 def _malenia_init(hparams, params, n):
-    sums = jax.tree.map(lambda x: jnp.zeros((n,) + x.shape, x.dtype), params)
-    zi = jnp.zeros((n,), jnp.int32)
-    return MaleniaState(params, sums, zi, jnp.full((n,), -1, jnp.int32), jax.tree.map(jnp.zeros_like, params),
-                        jnp.zeros((), jnp.int32), zi)
-
-
-def _accumulate(sums, counts, stamp, average, idx: tuple, avg_idx: tuple, g, use, label):
-    """Add g to entry ``idx`` of a table whose valid entries carry ``label`` (a stale entry
-    counts as empty), keeping ``average[avg_idx]`` = Σ valid sums/counts. Everything is indexed
-    in place, so the cost is O(d) whatever the table's size."""
-    valid = stamp[idx] == label
-    old_b = jnp.where(valid, counts[idx], 0)
-    new_b = old_b + 1
-
-    def old_entry(S):
-        return jnp.where(valid, S[idx], jnp.zeros_like(S[idx]))
-
-    def new_sums(S, gg):
-        return S.at[idx].set(jnp.where(use, old_entry(S) + gg, S[idx]))
-
-    def new_average(A, S, gg):
-        old = old_entry(S)
-        old_avg = jnp.where(old_b > 0, old / jnp.maximum(old_b, 1).astype(old.dtype), jnp.zeros_like(old))
-        return A.at[avg_idx].set(jnp.where(use, A[avg_idx] + (old + gg) / new_b.astype(old.dtype) - old_avg, A[avg_idx]))
-
-    average = jax.tree.map(new_average, average, sums, g)
-    sums = jax.tree.map(new_sums, sums, g)
-    counts = counts.at[idx].set(jnp.where(use, new_b, counts[idx]))
-    stamp = stamp.at[idx].set(jnp.where(use, label, stamp[idx]))
-    return sums, counts, stamp, average
+    sums = jax.tree.map(lambda x: jnp.zeros((n + 1,) + x.shape, x.dtype), params)
+    return MaleniaState(params, sums, jnp.zeros((n + 1,), jnp.int32), jnp.full((n + 1,), -1, jnp.int32),
+                        jnp.zeros((), jnp.int32), jnp.zeros((n,), jnp.int32))
 
 
 def _malenia_apply(hparams: HParams, state: MaleniaState, message, event: Event):
     grad, _ = message
     i = event.worker
-    n = state.counts.shape[0]
+    n = state.job_round.shape[0]
     fresh = event.delivered & (state.job_round[i] == state.round)
-    sums, counts, stamp, average = _accumulate(state.sums, state.counts, state.stamp, state.average, (i,), (),
-                                               grad, fresh, state.round)
-    eff = jnp.where(stamp == state.round, counts, 0)
+    # One in-place write of row i and the average row, O(d) (algos/_rows.py); a new round needs
+    # no clearing, since rows stamped with an older round read as empty.
+    sums, counts, stamp = _rows.accumulate_labelled(state.sums, state.counts, state.stamp, (i,), (n,), grad,
+                                                    fresh, state.round)
+    eff = jnp.where(stamp[:n] == state.round, counts[:n], 0)
     gamma = jnp.asarray(hparams["stepsize"])
     harmonic = n / jnp.sum(1.0 / jnp.maximum(eff, 1).astype(gamma.dtype))
     ready = jnp.all(eff >= 1) & (harmonic * n >= jnp.asarray(hparams["batch"]).astype(gamma.dtype))
+    average = _rows.read_labelled(sums, stamp, (n,), state.round)
     params = _where(ready, jax.tree.map(lambda x, a: x - gamma.astype(x.dtype) * a / n, state.params, average),
                     state.params)
-    rnd = state.round + ready.astype(jnp.int32)  # a new round: every entry's stamp is now stale
-    average = _where(ready, jax.tree.map(jnp.zeros_like, average), average)
-    state = MaleniaState(params, sums, counts, stamp, average, rnd, state.job_round.at[i].set(rnd))
+    rnd = state.round + ready.astype(jnp.int32)  # a new round: every row's stamp is now stale
+    state = MaleniaState(params, sums, counts, stamp, rnd, state.job_round.at[i].set(rnd))
     stats = {"discarded": (event.delivered & ~fresh).astype(jnp.int32), "rounds": ready.astype(jnp.int32)}
     return state, params, stats
 
@@ -181,49 +151,48 @@ def malenia_sgd(*, stepsize: float, batch: int) -> Algorithm:
 
 class RingleaderState(NamedTuple):
     params: Params
-    tables: Params  # [2, n, ...]: slot k holds entries labelled with a round r, r % 2 == k
-    counts: jax.Array  # int32 [2, n]
-    labels: jax.Array  # int32 [2, n]: the round in which an entry is (or becomes) the current table
-    averages: Params  # [2, ...]: Σ_j G_j/b_j over each slot's entries with the matching label
+    tables: Params  # [2, n + 1, ...]: slot k holds rounds r with r % 2 == k; row n is Σ_j G_j/b_j
+    counts: jax.Array  # int32 [2, n + 1]
+    labels: jax.Array  # int32 [2, n + 1]: the round a row belongs to; rows of another round are empty
     updated: jax.Array  # bool [n], U
     updating: jax.Array  # bool [], phase 2
     round: jax.Array  # int32 []
 
 
 def _ringleader_init(hparams, params, n):
-    z = jax.tree.map(lambda x: jnp.zeros((2, n) + x.shape, x.dtype), params)
-    return RingleaderState(params, z, jnp.zeros((2, n), jnp.int32), jnp.full((2, n), -1, jnp.int32),
-                           jax.tree.map(lambda x: jnp.zeros((2,) + x.shape, x.dtype), params),
+    z = jax.tree.map(lambda x: jnp.zeros((2, n + 1) + x.shape, x.dtype), params)
+    return RingleaderState(params, z, jnp.zeros((2, n + 1), jnp.int32), jnp.full((2, n + 1), -1, jnp.int32),
                            jnp.zeros((n,), bool), jnp.zeros((), bool), jnp.zeros((), jnp.int32))
 
 
 def _ringleader_apply(hparams: HParams, s: RingleaderState, message, event: Event):
-    """O(d) per arrival: the 'current' and 'next' tables are two slots whose entries carry the
-    round they belong to, so the round transition is a counter increment, not a copy."""
+    """O(d) per arrival: the 'current' and 'next' tables are two slots whose rows carry the
+    round they belong to, so the round transition is a counter increment, not a copy; each
+    arrival is one in-place write of its entry and its slot's average row (algos/_rows.py)."""
     grad, point = message
     i, ok = event.worker, event.delivered
+    n = s.updated.shape[0]
     R = s.round
     in_u = s.updated[i]
     to_next = ok & s.updating & in_u  # i already updated this round: its gradient is at its new point
     label = jnp.where(to_next, R + 1, R)
     slot = label % 2
 
-    tables, counts, labels, averages = _accumulate(s.tables, s.counts, s.labels, s.averages, (slot, i), (slot,),
-                                                   grad, ok, label)
+    tables, counts, labels = _rows.accumulate_labelled(s.tables, s.counts, s.labels, (slot, i), (slot, n),
+                                                       grad, ok, label)
 
     cur = R % 2
-    current_counts = jnp.where(labels[cur] == R, counts[cur], 0)
+    current_counts = jnp.where(labels[cur, :n] == R, counts[cur, :n], 0)
     # Phase 1 ends when the current table is full; that arrival is then the round's first update.
     updating = s.updating | (ok & jnp.all(current_counts > 0))
     do_update = ok & updating & ~in_u
     gamma = jnp.asarray(hparams["stepsize"])
-    n = current_counts.shape[0]
-    params = _where(do_update, jax.tree.map(lambda x, A: x - gamma.astype(x.dtype) * A[cur] / n, s.params, averages),
+    average = _rows.read_labelled(tables, labels, (cur, n), R)
+    params = _where(do_update, jax.tree.map(lambda x, a: x - gamma.astype(x.dtype) * a / n, s.params, average),
                     s.params)
     updated = s.updated.at[i].set(in_u | do_update)
     done = do_update & jnp.all(updated)  # after n updates the next table becomes current
-    averages = jax.tree.map(lambda A: jnp.where(done, A.at[cur].set(jnp.zeros_like(A[cur])), A), averages)
-    state = RingleaderState(params, tables, counts, labels, averages,
+    state = RingleaderState(params, tables, counts, labels,
                             jnp.where(done, jnp.zeros_like(updated), updated), jnp.where(done, False, updating),
                             R + done.astype(jnp.int32))
     # The worker moves to the new model only at its own update; otherwise (a lost result too)

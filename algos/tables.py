@@ -14,7 +14,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from algos import _checks
+from algos import _checks, _rows
 from algos.base import Algorithm, Event, HParams, Params, gradient_work
 
 
@@ -88,26 +88,27 @@ def ringmaster_asgd(*, stepsize: float, threshold: int) -> Algorithm:
 
 class TableState(NamedTuple):
     params: Params
-    table: Params  # [n, ...]: each worker's latest gradient
-    total: Params  # Σ_j table[j], kept up to date so that an arrival costs O(d), not O(n·d)
+    table: Params  # [n + 1, ...]: rows 0..n−1 each worker's latest gradient, row n their sum
     filled: jax.Array  # bool [n]
 
 
 def _ia2_init(hparams, params, num_workers):
-    table = jax.tree.map(lambda x: jnp.zeros((num_workers,) + x.shape, x.dtype), params)
-    return TableState(params, table, jax.tree.map(jnp.zeros_like, params), jnp.zeros((num_workers,), bool))
+    table = jax.tree.map(lambda x: jnp.zeros((num_workers + 1,) + x.shape, x.dtype), params)
+    return TableState(params, table, jnp.zeros((num_workers,), bool))
 
 
 def _ia2_apply(hparams: HParams, state: TableState, grad: Params, event: Event):
+    # The sum lives in the table's last row, so that an arrival is one in-place write, O(d)
+    # (see algos/_rows.py for why a separate running total made XLA copy the table).
     i, ok = event.worker, event.delivered
     n = state.filled.shape[0]
-    total = jax.tree.map(lambda S, T, g: jnp.where(ok, S + g - T[i], S), state.total, state.table, grad)
-    table = jax.tree.map(lambda T, g: T.at[i].set(jnp.where(ok, g, T[i])), state.table, grad)
+    table = jax.tree.map(lambda T, g: _rows.replace_row_keep_total(T, i, n, g, ok), state.table, grad)
+    total = jax.tree.map(lambda T: T[n], table)
     filled = state.filled.at[i].set(state.filled[i] | ok)
     use = ok & jnp.all(filled)  # warm-up: no update until every worker has reported once
     gamma = jnp.asarray(hparams["stepsize"])
     params = _step(state.params, total, gamma / n, use)
-    return TableState(params, table, total, filled), params, {"stepsize": jnp.where(use, gamma, 0.0)}
+    return TableState(params, table, filled), params, {"stepsize": jnp.where(use, gamma, 0.0)}
 
 
 _validate_ia2 = _checks.stepsize_only("ia2sgd")

@@ -487,3 +487,25 @@ def sweep(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys, hparams
         params=out["params"], state=out["state"], metrics=metrics, worker_stats=out["stats"],
         tail_average=out["tail"], tail_window=window, diverged_at=bad, schedule=schedule.summary(),
         block_size=plan.block_size, mean_fill=plan.mean_fill)
+
+
+def compiled_text(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys=None, hparams: Optional[dict] = None,
+                  **kwargs) -> str:
+    """The optimised XLA program of a run (``keys=None``) or a sweep (``keys`` a batch), as text.
+
+    For checking what XLA made of an algorithm, e.g. that a per-worker table is updated in
+    place rather than copied at every event (tests/algos/test_rows.py). Same arguments as
+    :func:`run` and :func:`sweep`; nothing is executed.
+    """
+    batched = keys is not None
+    if batched and hparams is None:
+        first = next(iter(alg.hparams))
+        hparams = {first: np.asarray(alg.hparams[first])[None]}
+    static, hp, _, plan, ev, _, tg = _prepare(
+        alg, problem, schedule, hparams=hparams, batched=batched, num_keys=len(keys) if batched else 1,
+        log_every=kwargs.pop("log_every", None), block_size=kwargs.pop("block_size", "auto"),
+        targets=kwargs.pop("targets", None), average_from=kwargs.pop("average_from", 0.5), **kwargs)
+    fn, key = (_sweep_jit, keys) if batched else (_simulate_jit, jax.random.key(0))
+    with jax.threefry_partitionable(True):
+        lowered = fn.lower(static, hp, problem.data, problem.x0, key, ev, jnp.asarray(plan.events), tg)
+    return lowered.compile().as_text()
