@@ -95,7 +95,6 @@ class _Static:
     by_round: bool
     record_params: bool = False
     batching: str = "vmap"  # how a block's worker jobs are batched: "vmap" or "map" (lax.map)
-    padded: bool = True  # whether the block plan has padding slots to skip
 
 
 def _tree_where(pred, new, old):
@@ -108,7 +107,8 @@ def _all_finite(tree) -> jax.Array:
 
 
 def _simulate(static: _Static, hparams, data, x0, key, ev, plan_events, targets):
-    """One run. ``ev`` holds per-event arrays; ``plan_events`` is [chunks, blocks, slots]."""
+    """One run. ``ev`` holds per-event arrays; ``plan_events`` is a pair of [chunks, blocks, slots]
+    arrays: the leading chunks that hold no padding, then the rest (see :func:`_split_plan`)."""
     init, work, apply, params_of, apply_round = static.alg_fns
     fns = static.prob_fns
     n = static.num_workers
@@ -184,7 +184,7 @@ def _simulate(static: _Static, hparams, data, x0, key, ev, plan_events, targets)
         sums = {k: v.at[workers].add(jnp.where(keep, stats[k], 0).astype(v.dtype)) for k, v in sums.items()}
         return (new_state, points, tail, tail_w + jnp.sum(weights), sums, bad, last_good)
 
-    def async_block(carry, idx):
+    def async_block(carry, idx, padded):
         e_blk, w_blk, msgs = jobs(carry[1], idx)
 
         def slot(carry, xs):
@@ -197,14 +197,15 @@ def _simulate(static: _Static, hparams, data, x0, key, ev, plan_events, targets)
                 return after_event(carry, new_state, e[None], w[None], one(next_point), one(stats),
                                    jnp.ones((1,), bool), params_of(state))
 
-            if not static.padded:  # no padding: no branch (XLA may copy a conditional's operands)
+            if not padded:  # no padding: no branch (XLA copies a conditional's operands)
                 return handle(carry), None
             return jax.lax.cond(valid, handle, lambda c: c, carry), None
 
         carry, _ = jax.lax.scan(slot, carry, (msgs, e_blk, w_blk, idx >= 0))
         return carry, None
 
-    def round_block(carry, idx):
+    def round_block(carry, idx, padded):
+        del padded  # a round's slots beyond its events are masked inside apply_round
         valid = idx >= 0
 
         def handle(carry):
@@ -229,11 +230,21 @@ def _simulate(static: _Static, hparams, data, x0, key, ev, plan_events, targets)
             out[f"dist_{name}"] = jnp.sqrt(sum(jnp.sum((a - b) ** 2) for a, b in zip(jax.tree.leaves(x), jax.tree.leaves(target))))
         return out
 
-    def chunk(carry, blocks):
-        carry, _ = jax.lax.scan(block, carry, blocks)
-        return carry, measure(carry[0])
+    def chunks(carry, plan, padded):
+        def chunk(carry, blocks):
+            carry, _ = jax.lax.scan(lambda c, idx: block(c, idx, padded), carry, blocks)
+            return carry, measure(carry[0])
 
-    carry, metrics = jax.lax.scan(chunk, carry0, plan_events)
+        return jax.lax.scan(chunk, carry, plan)
+
+    clean, ragged = plan_events
+    parts = []
+    carry = carry0
+    for plan, padded in [(p, False) for p in clean] + [(ragged, True)]:
+        if plan.shape[0]:
+            carry, m = chunks(carry, plan, padded)
+            parts.append(m)
+    metrics = jax.tree.map(lambda *a: jnp.concatenate(a), *parts) if len(parts) > 1 else parts[0]
     first = measure(state0)
     metrics = {k: jnp.concatenate([first[k][None], v]) for k, v in metrics.items()}
     state, _, tail, tail_w, sums, bad, last_good = carry
@@ -389,9 +400,25 @@ def _prepare(alg, problem, schedule, *, hparams, log_every, block_size, targets,
     runs = (H or 1) * num_keys  # runs batched together: the block-size choice depends on it
     plan = plan_blocks(schedule, log_every=log_every, block_size=block_size, by_round=by_round, runs=runs)
     ev, window = _event_arrays(schedule, average_from, dtype)
-    static = _Static(alg.functions, problem.fns, problem.num_workers, by_round, bool(record_params), batching,
-                     bool(np.any(plan.events < 0)))
+    static = _Static(alg.functions, problem.fns, problem.num_workers, by_round, bool(record_params), batching)
     return static, hp, H, plan, ev, window, _targets(problem, targets, dtype)
+
+
+def _split_plan(plan: BlockPlan) -> tuple:
+    """The plan as (parts without padding slots, the part with), as device arrays.
+
+    Padding slots are skipped with a branch, and XLA copies a branch's operands, the whole
+    server state, on every slot; so the engine branches only where the plan has padding. With
+    one event per block, only a ragged last chunk has any, and it is cut to its real length.
+    """
+    has_pad = np.any(plan.events < 0, axis=(1, 2))
+    c = int(np.argmax(has_pad)) if has_pad.any() else has_pad.shape[0]
+    clean, rest = [plan.events[:c]], plan.events[c:]
+    if plan.block_size == 1 and rest.shape[0] == 1:
+        last = rest[0][rest[0, :, 0] >= 0]
+        clean.append(last[None])
+        rest = rest[:0]
+    return tuple(jnp.asarray(p) for p in clean), jnp.asarray(rest)
 
 
 def _to_numpy(tree):
@@ -427,7 +454,7 @@ def run(alg: Algorithm, problem: Problem, schedule: Schedule, *, key, hparams: O
         targets=targets, average_from=average_from, batched=False, record_params=record_params,
         batching=batching)
     with jax.threefry_partitionable(True):
-        out = _simulate_jit(static, hp, problem.data, problem.x0, key, ev, jnp.asarray(plan.events), tg)
+        out = _simulate_jit(static, hp, problem.data, problem.x0, key, ev, _split_plan(plan), tg)
     out = _to_numpy(out)
     metrics = {**_host_metrics(schedule, plan), **out["metrics"]}
     bad = int(out["bad"])
@@ -468,7 +495,7 @@ def sweep(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys, hparams
         targets=targets, average_from=average_from, batched=True, record_params=record_params,
         batching=batching, num_keys=len(keys))
     with jax.threefry_partitionable(True):
-        out = _sweep_jit(static, hp, problem.data, problem.x0, keys, ev, jnp.asarray(plan.events), tg)
+        out = _sweep_jit(static, hp, problem.data, problem.x0, keys, ev, _split_plan(plan), tg)
     out = _to_numpy(out)
     host = _host_metrics(schedule, plan)
     bad = out["bad"]
@@ -507,5 +534,5 @@ def compiled_text(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys=
         targets=kwargs.pop("targets", None), average_from=kwargs.pop("average_from", 0.5), **kwargs)
     fn, key = (_sweep_jit, keys) if batched else (_simulate_jit, jax.random.key(0))
     with jax.threefry_partitionable(True):
-        lowered = fn.lower(static, hp, problem.data, problem.x0, key, ev, jnp.asarray(plan.events), tg)
+        lowered = fn.lower(static, hp, problem.data, problem.x0, key, ev, _split_plan(plan), tg)
     return lowered.compile().as_text()
