@@ -17,7 +17,7 @@ from algos.asgd import (
     staleness_aware_step,
 )
 from algos.base import Algorithm, Event, gradient_work
-from algos.local import async_local_sgd, local_sgd_work
+from algos.local import async_local_sgd, dylu_local_steps, local_adamw_work, local_sgd_work
 from algos.rounds import malenia_sgd, point_and_gradient_work, rennala_sgd, ringleader_asgd
 from algos.sync import minibatch_sgd
 from algos.tables import fedbuff_asgd, ia2sgd, ringmaster_asgd
@@ -30,6 +30,8 @@ __all__ = [
     "asgd_with_step_rule",
     "async_local_sgd",
     "local_sgd_work",
+    "local_adamw_work",
+    "dylu_local_steps",
     "clip_by_global_norm",
     "clipped_asgd",
     "constant_step",

@@ -49,7 +49,10 @@ class Event(NamedTuple):
 class Oracle(Protocol):
     """Worker ``i``'s stochastic gradient: ``oracle(params, key) -> (loss, grad)``.
 
-    Samples only from worker ``i``'s own data (data heterogeneity)."""
+    Samples only from worker ``i``'s own data (data heterogeneity). ``oracle.worker`` is ``i``
+    (a traced integer), for work that depends on the worker."""
+
+    worker: jax.Array
 
     def __call__(self, params: Params, key: jax.Array) -> tuple[jax.Array, Params]: ...
 

@@ -10,7 +10,15 @@ arrival it updates the momentum with the buffered average, m ← β m + (Σ buff
 momentum part x ← x − η β m, and clears the buffer. With N = 1 this is Nesterov-style outer
 momentum; with β = 0 and H = 1 it is vanilla ASGD with step η·η_ℓ.
 
-Not yet here: the paper's AdamW inner optimiser and dynamic local updates (DyLU, H_i ∝ speed).
+Inner optimiser (``inner``): ``"sgd"`` or ``"adamw"`` (the paper's choice; optax's AdamW with
+bias correction). Each job starts the inner optimiser afresh at the handed model [INFERRED: the
+spec does not say whether workers keep their AdamW moments across jobs; a fresh start keeps a
+job a pure function of the handed model, as the event model requires].
+
+Dynamic local updates (DyLU, ``dylu_taus``): worker i runs H_i = max(1, round(H · τ_min/τ_i))
+local steps, i.e. H scaled by its speed relative to the fastest worker [RECALLED]. The schedule
+gives job durations; for DyLU they should be H_i steps' worth for worker i (e.g. fixed
+computation with τ_i^job = H_i · (time per step of worker i)); see :func:`dylu_local_steps`.
 """
 
 from __future__ import annotations
@@ -19,22 +27,53 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+import optax
 
 from algos import _checks
 from algos.base import Algorithm, Event, HParams, Params
 from algos.tables import _check_int
 
 
+def _local_steps(hparams: HParams, oracle) -> jax.Array:
+    """H, or H_i for this worker when DyLU gives one per worker."""
+    H = jnp.asarray(hparams["local_steps"])
+    return H[oracle.worker] if H.ndim else H
+
+
 def local_sgd_work(hparams: HParams, point: Params, oracle, key) -> Params:
-    """H steps of SGD from ``point``; returns Δ = point − (the model after H steps)."""
+    """H (or H_i) steps of SGD from ``point``; returns Δ = point − (the model after them)."""
     lr = jnp.asarray(hparams["local_stepsize"])
 
     def body(k, x):
         _, g = oracle(x, jax.random.fold_in(key, k))
         return jax.tree.map(lambda a, b: a - lr.astype(a.dtype) * b, x, g)
 
-    end = jax.lax.fori_loop(0, jnp.asarray(hparams["local_steps"]), body, point)
+    end = jax.lax.fori_loop(0, _local_steps(hparams, oracle), body, point)
     return jax.tree.map(lambda a, b: a - b, point, end)
+
+
+def local_adamw_work(hparams: HParams, point: Params, oracle, key) -> Params:
+    """H (or H_i) steps of AdamW (optax.adamw) from ``point``, starting from fresh moments;
+    returns Δ = point − (the model after them)."""
+    opt = optax.adamw(learning_rate=hparams["local_stepsize"], b1=hparams["b1"], b2=hparams["b2"],
+                      eps=hparams["eps"], weight_decay=hparams["weight_decay"])
+
+    def body(k, carry):
+        x, opt_state = carry
+        _, g = oracle(x, jax.random.fold_in(key, k))
+        updates, opt_state = opt.update(g, opt_state, x)
+        return optax.apply_updates(x, updates), opt_state
+
+    end, _ = jax.lax.fori_loop(0, _local_steps(hparams, oracle), body, (point, opt.init(point)))
+    return jax.tree.map(lambda a, b: a - b, point, end)
+
+
+def dylu_local_steps(local_steps: int, taus) -> np.ndarray:
+    """DyLU: H_i = max(1, round(H · τ_min / τ_i)), worker i's local steps given its time per step τ_i."""
+    _checks.check_taus("async_local_sgd", taus, argument="dylu_taus")
+    taus = np.asarray(taus, dtype=np.float64)
+    return np.maximum(1, np.round(local_steps * taus.min() / taus)).astype(np.int32)
 
 
 class DNState(NamedTuple):
@@ -73,19 +112,43 @@ def _validate_dn(hparams, n):
     m = jnp.asarray(hparams["momentum"])
     if not bool(jnp.all((m >= 0) & (m < 1))):
         raise ValueError(f"async_local_sgd: momentum must be in [0, 1); got {hparams['momentum']!r}")
+    H = np.asarray(hparams["local_steps"])
+    if H.ndim == 1 and n and H.shape[0] != n:
+        raise ValueError(f"async_local_sgd: DyLU gives local steps for {H.shape[0]} workers but the problem "
+                         f"has {n}; give one τ per worker")
+    if "weight_decay" in hparams:
+        _checks.check_stepsize("async_local_sgd", hparams["weight_decay"], argument="weight_decay")
+        for name in ("b1", "b2"):
+            v = np.asarray(hparams[name])
+            if not np.all((v >= 0) & (v < 1)):
+                raise ValueError(f"async_local_sgd: {name} must be in [0, 1); got {hparams[name]!r}")
+
+
+INNER = {"sgd": local_sgd_work, "adamw": local_adamw_work}
 
 
 def async_local_sgd(*, stepsize: float, local_stepsize: float, local_steps: int = 1, momentum: float = 0.9,
-                    delay: int = 1) -> Algorithm:
+                    delay: int = 1, inner: str = "sgd", weight_decay: float = 0.0, b1: float = 0.9,
+                    b2: float = 0.999, eps: float = 1e-8, dylu_taus=None) -> Algorithm:
     """Asynchronous local SGD with Delayed Nesterov outer momentum (see the module docstring).
 
     Args:
-      stepsize: η, the outer step. local_stepsize: η_ℓ. local_steps: H ≥ 1.
-      momentum: β ∈ [0, 1). delay: N ≥ 1, arrivals between momentum updates.
+      stepsize: η, the outer step. local_stepsize: η_ℓ, the inner optimiser's learning rate.
+      local_steps: H ≥ 1. momentum: β ∈ [0, 1). delay: N ≥ 1, arrivals between momentum updates.
+      inner: ``"sgd"`` or ``"adamw"``. weight_decay, b1, b2, eps: AdamW's (``inner="adamw"`` only).
+      dylu_taus: per-worker time per local step; if given, worker i runs
+        :func:`dylu_local_steps` (H, taus)[i] local steps (DyLU).
     """
+    if inner not in INNER:
+        raise ValueError(f"async_local_sgd: inner must be one of {sorted(INNER)}; got {inner!r}")
+    H = _check_int("async_local_sgd", "local_steps", local_steps)
     hp = {"stepsize": stepsize, "local_stepsize": local_stepsize,
-          "local_steps": _check_int("async_local_sgd", "local_steps", local_steps),
+          "local_steps": H if dylu_taus is None else dylu_local_steps(H, dylu_taus),
           "momentum": momentum, "delay": _check_int("async_local_sgd", "delay", delay)}
+    if inner == "adamw":
+        hp.update(weight_decay=weight_decay, b1=b1, b2=b2, eps=eps)
+    elif weight_decay != 0.0:
+        raise ValueError("async_local_sgd: weight_decay applies to inner='adamw' only")
     _validate_dn(hp, 0)
-    return Algorithm("async_local_sgd", hp, _dn_init, local_sgd_work, _dn_apply, lambda s: s.params,
+    return Algorithm("async_local_sgd", hp, _dn_init, INNER[inner], _dn_apply, lambda s: s.params,
                      validate=_validate_dn)

@@ -97,6 +97,18 @@ class _Static:
     batching: str = "vmap"  # how a block's worker jobs are batched: "vmap" or "map" (lax.map)
 
 
+class WorkerOracle:
+    """Worker ``worker``'s stochastic gradient oracle, as handed to ``Algorithm.work``:
+    ``oracle(params, key) -> (loss, grad)``; ``oracle.worker`` is the worker's index (traced),
+    for work that depends on the worker (e.g. DyLU's per-worker number of local steps)."""
+
+    def __init__(self, fns: ProblemFns, data, worker):
+        self._fns, self._data, self.worker = fns, data, worker
+
+    def __call__(self, params, key):
+        return self._fns.value_and_grad(self._data, params, self.worker, key)
+
+
 def _tree_where(pred, new, old):
     return jax.tree.map(lambda a, b: jnp.where(pred, a, b), new, old)
 
@@ -129,10 +141,7 @@ def _simulate(static: _Static, hparams, data, x0, key, ev, plan_events, targets)
         keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(e)
 
         def one(point, worker, k):
-            def oracle(p, kk):
-                return fns.value_and_grad(data, p, worker, kk)
-
-            return work(hparams, point, oracle, k)
+            return work(hparams, point, WorkerOracle(fns, data, worker), k)
 
         if static.batching == "map":
             # One job after another: no batched gathers of per-worker data (faster on CPU when
