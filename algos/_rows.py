@@ -4,7 +4,8 @@ IA²SGD, Malenia and Ringleader keep n rows of model size on the server and touc
 them per arrival. Inside the engine's ``lax.scan`` XLA updates such a table in place only when
 every read of the old table feeds the in-place write itself. A read that also feeds anything
 else (the running total, the model step) makes XLA copy the whole table first: at n = 100 and
-the R5 MLP that is a 40 MB copy, about 5 ms, per event (measured: 12x slower than vanilla ASGD).
+the R5 MLP that is a 40 MB copy per event (measured on 2 CPU cores, one run: IA²SGD 5.3 ms and
+Malenia 5.2 ms per event against 0.31 ms for vanilla ASGD; with this module 0.52 and 0.61 ms).
 
 So each table stores its aggregate (running total or running average) as an extra row, the rows
 an arrival changes are written by one scatter computed only from reads of those rows, and the

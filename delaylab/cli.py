@@ -23,6 +23,8 @@ def _parser() -> argparse.ArgumentParser:
                        description="Figures:\n" + names, formatter_class=argparse.RawDescriptionHelpFormatter)
     f.add_argument("name", choices=sorted(FIGURES), help="which figure")
     f.add_argument("--quick", action="store_true", help="a smaller preset (minutes on 2 cores)")
+    f.add_argument("--preset", default=None,
+                   help="a named preset, for figures that have more than quick/full (r5: quick, medium, full)")
     f.add_argument("--out", default=None, help="output folder (default: out/figures/NAME)")
     return p
 
@@ -54,7 +56,15 @@ def main(argv=None) -> int:
         jax.config.update("jax_enable_x64", True)
         module = importlib.import_module(FIGURES[args.name][0])
         out = args.out or f"out/figures/{args.name}"
-        path = module.write(out, quick=args.quick)
+        presets = getattr(module, "PRESETS", None)
+        if args.preset is not None:
+            if presets is None or args.preset not in presets:
+                allowed = sorted(presets) if presets else "none (use --quick)"
+                print(f"delaylab figure: {args.name} has no preset {args.preset!r}; allowed: {allowed}", file=sys.stderr)
+                return 2
+            path = module.write(out, preset=args.preset)
+        else:
+            path = module.write(out, quick=args.quick)
         print(f"{args.name}: wrote {path} (data and findings text beside it)")
         return 0
     return 2

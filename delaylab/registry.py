@@ -41,6 +41,10 @@ class AlgorithmEntry:
     # Whether each arrival is exactly the affine map x' = x − γ_k A_i (y_i − b_i) of theory.orbit
     # (false for methods with momentum, local steps, tables or buffers).
     exact_arrival_map: bool = True
+    # Where the method settles given its weights q, if not at x_q = argmin Σ q_i F_i:
+    # (problem, q) -> point. ``limit_needs_no_noise``: that prediction holds for σ = 0 only.
+    limit_fn: Optional[Callable] = None
+    limit_needs_no_noise: bool = False
 
     @property
     def has_cycle_map(self) -> bool:
@@ -61,6 +65,12 @@ class AlgorithmEntry:
         use = schedule.delivered & (schedule.finish >= from_time)
         mass = np.bincount(schedule.worker[use], weights=steps[use], minlength=schedule.num_workers)
         return mass / mass.sum()
+
+    def limit(self, problem, weights: np.ndarray) -> np.ndarray:
+        """The predicted limit point for step-mass weights ``weights``."""
+        if self.limit_fn is not None:
+            return self.limit_fn(problem, weights)
+        return problem.weighted_minimiser(weights)
 
     def closed_form_weights(self, stepsize: float, taus) -> Optional[np.ndarray]:
         if self.closed_form_steps is None:
@@ -139,6 +149,14 @@ def _rennala_steps(gamma: float, schedule: Schedule) -> np.ndarray:
     return out
 
 
+CLIP_THRESHOLD = 1.0  # c for the registered clipped ASGD: active at the limit in most scenarios
+
+
+def _clipped_limit(problem, weights):
+    x0 = problem.minimiser if problem.minimiser is not None else np.asarray(problem.x0, dtype=np.float64)
+    return theory.clipped_fixed_point(problem.derivatives, weights, CLIP_THRESHOLD, x0)
+
+
 def _uniform(gamma: float, schedule: Schedule) -> np.ndarray:
     return np.full(schedule.num_workers, 1.0 / schedule.num_workers)
 
@@ -159,6 +177,10 @@ ALGORITHMS: dict[str, AlgorithmEntry] = {
                        _delay_adaptive, None, "delay-adaptive ASGD, step γ n/max(n, δ) (Mishchenko et al.)"),
         AlgorithmEntry("staleness_aware_asgd", lambda g, s: algos.staleness_aware_asgd(stepsize=g),
                        _staleness_aware, None, "staleness-aware ASGD, step γ/max(1, δ) (Zhang et al.)"),
+        AlgorithmEntry("clipped_asgd", lambda g, s: algos.clipped_asgd(stepsize=g, threshold=CLIP_THRESHOLD),
+                       _per_worker(_constant), _constant,
+                       f"clipped ASGD, c = {CLIP_THRESHOLD:g}: settles where Σ q_i clip_c(∇F_i) = 0 (σ = 0)",
+                       exact_arrival_map=False, limit_fn=_clipped_limit, limit_needs_no_noise=True),
         AlgorithmEntry("ringmaster_asgd",
                        lambda g, s: algos.ringmaster_asgd(stepsize=g, threshold=RINGMASTER_THRESHOLD),
                        None, None, f"Ringmaster ASGD, R = {RINGMASTER_THRESHOLD}: gradients R or more updates old are discarded",

@@ -6,5 +6,6 @@ FIGURES = {
     "r2": ("paper_figures.r2_implicit_weights", "implicit weights of 5 step rules on 4 τ profiles"),
     "r3": ("paper_figures.r3_noise_floor", "noise floors against γ and σ, vanilla and Rescaled, with V σ²/(4Γ)"),
     "r4": ("paper_figures.r4_time_to_eps", "time to ‖∇F‖² ≤ ε for 7 methods, with the heterogeneous lower bound"),
+    "r5": ("paper_figures.r5_mnist", "MNIST-format MLP, n = 100, Dirichlet 0.1: Rescaled, Malenia, Ringleader, IA²SGD, vanilla"),
     "r6": ("paper_figures.r6_homogeneous", "homogeneous data: Rescaled vs vanilla (noise floor τ_A/τ_H), median/IQR over seeds"),
 }

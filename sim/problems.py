@@ -77,6 +77,18 @@ class Problem:
         x0 = self.minimiser if self.minimiser is not None else np.asarray(self.x0, dtype=np.float64)
         return weighted_minimiser(self.local_derivatives, weights, x0)
 
+    def derivatives(self, x) -> tuple[np.ndarray, np.ndarray]:
+        """(G [n, d], H [n, d, d]): every worker's exact gradient and Hessian at ``x`` (float64)."""
+        x = np.asarray(x, dtype=np.float64)
+        if self.curvature is not None:
+            A, b = self.curvature
+            if A.ndim == 2:  # diagonal curvature, stored as [n, d]
+                return A * (x[None, :] - b), np.einsum("ij,jk->ijk", A, np.eye(A.shape[1]))
+            return np.einsum("ijk,ik->ij", A, x[None, :] - b), A
+        if self.local_derivatives is None:
+            raise NotImplementedError(f"{self.name}: no local derivatives available")
+        return self.local_derivatives(x)
+
 
 def sample_indices(key, count: int, size: int) -> jax.Array:
     """``count`` indices drawn uniformly with replacement from range(size).

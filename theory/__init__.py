@@ -11,7 +11,7 @@ from theory.complexity import (
     time_to_target,
     vanilla_asgd_homogeneous_time,
 )
-from theory.fixed_point import quadratic_fixed_point, quadratic_gap, weighted_minimiser
+from theory.fixed_point import clipped_fixed_point, quadratic_fixed_point, quadratic_gap, weighted_minimiser
 from theory.noise import NoiseFloor, noise_floor, quadratic_gaps
 from theory.orbit import Orbit, hyperperiod_events, periodic_orbit
 from theory.weights import (
@@ -43,6 +43,7 @@ __all__ = [
     "implicit_weights",
     "measured_weights",
     "quadratic_fixed_point",
+    "clipped_fixed_point",
     "quadratic_gap",
     "rescaled_stepsizes",
     "weighted_minimiser",

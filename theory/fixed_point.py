@@ -64,6 +64,32 @@ def quadratic_gap(A, b, x) -> tuple[float, float]:
     return float(0.5 * e @ Abar @ e), float(np.linalg.norm(Abar @ e))
 
 
+def _newton_root(residual: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], x0, *, tol: float,
+                 max_iter: int) -> np.ndarray:
+    """A root of ``residual(x) -> (r, J)`` by Newton's method, each step halved until ‖r‖ decreases."""
+    x = np.array(x0, dtype=np.float64)
+    r, J = residual(x)
+    for _ in range(max_iter):
+        if np.linalg.norm(r) <= tol:
+            return x
+        newton = np.linalg.cond(J) < 1e12
+        # Where J is singular (e.g. every gradient clipped in 1-D: a flat residual), step along
+        # the residual itself, as the algorithm does, and accept steps that do not increase it.
+        step = np.linalg.solve(J, r) if newton else r
+        t = 1.0
+        for _ in range(50):
+            r_new, J_new = residual(x - t * step)
+            better = np.linalg.norm(r_new) < np.linalg.norm(r) if newton else np.linalg.norm(r_new) <= np.linalg.norm(r)
+            if better or t < 1e-8:
+                break
+            t *= 0.5
+        x = x - t * step
+        r, J = r_new, J_new
+    if np.linalg.norm(r) <= tol * 10:
+        return x
+    raise RuntimeError(f"Newton did not converge: residual {np.linalg.norm(r):.3e} after {max_iter} steps")
+
+
 def weighted_minimiser(
     local_derivatives: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
     weights,
@@ -82,25 +108,51 @@ def weighted_minimiser(
     Raises:
       RuntimeError: when Newton does not reach ‖Σ q_i ∇F_i‖ ≤ tol in ``max_iter`` steps.
     """
-    x = np.array(x0, dtype=np.float64)
-    G, H = local_derivatives(x)
+    G, _ = local_derivatives(np.asarray(x0, dtype=np.float64))
     q = _weights(weights, G.shape[0])
-    for _ in range(max_iter):
-        g = q @ G
-        if np.linalg.norm(g) <= tol:
-            return x
-        h = np.einsum("i,ijk->jk", q, H)
-        step = np.linalg.solve(h, g)
-        # Newton's step is a descent direction for a convex objective; halve it until the
-        # weighted gradient norm decreases (guards the first steps far from the optimum).
-        t = 1.0
-        for _ in range(50):
-            G_new, H_new = local_derivatives(x - t * step)
-            if np.linalg.norm(q @ G_new) < np.linalg.norm(g) or t < 1e-8:
-                break
-            t *= 0.5
-        x = x - t * step
-        G, H = G_new, H_new
-    if np.linalg.norm(q @ G) <= tol * 10:
-        return x
-    raise RuntimeError(f"Newton did not converge: ‖∇F_q‖ = {np.linalg.norm(q @ G):.3e} after {max_iter} steps")
+
+    def residual(x):
+        G, H = local_derivatives(x)
+        return q @ G, np.einsum("i,ijk->jk", q, H)
+
+    return _newton_root(residual, x0, tol=tol, max_iter=max_iter)
+
+
+def clipped_fixed_point(
+    local_derivatives: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
+    weights,
+    threshold: float,
+    x0,
+    *,
+    tol: float = 1e-12,
+    max_iter: int = 200,
+) -> np.ndarray:
+    """Where ASGD with per-gradient clipping settles (σ = 0): the root of Σ q_i clip_c(∇F_i(x)).
+
+    clip_c(g) = min(1, c/‖g‖) g. With exact local gradients every arrival from worker i moves the
+    model by −γ_i clip_c(∇F_i(x)), so the small-step limit balances the clipped gradients with
+    the step-mass weights q (specs/asgd.md §2.2 and §4.11). Where no gradient is clipped there,
+    this is x_q; otherwise clipping shrinks the pull of the workers whose gradients are long.
+    Solved by Newton with the Jacobian of the clip, (c/‖g‖)(I − ĝĝᵀ) H_i for clipped gradients.
+    """
+    c = float(threshold)
+    if not (np.isfinite(c) and c > 0):
+        raise ValueError(f"threshold must be positive and finite; got {threshold!r}")
+    G, _ = local_derivatives(np.asarray(x0, dtype=np.float64))
+    q = _weights(weights, G.shape[0])
+
+    def residual(x):
+        G, H = local_derivatives(x)
+        norms = np.linalg.norm(G, axis=1)
+        scale = np.where(norms > c, c / np.where(norms > 0, norms, 1.0), 1.0)
+        r = (q * scale) @ G
+        J = np.zeros(H.shape[1:])
+        for i in range(G.shape[0]):
+            if norms[i] > c:
+                u = G[i] / norms[i]
+                J += q[i] * scale[i] * (H[i] - np.outer(u, u @ H[i]))
+            else:
+                J += q[i] * H[i]
+        return r, J
+
+    return _newton_root(residual, x0, tol=tol, max_iter=max_iter)

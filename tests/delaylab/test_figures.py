@@ -61,3 +61,29 @@ def test_r4_quick_biased_methods_stall_at_their_limit(tmp_path):
     assert smallest("vanilla_ASGD") >= 0.9 * stall  # cannot settle below its biased limit
     for col in ("Ringleader_ASGD", "Malenia_SGD_S__n", "IA²SGD", "Rescaled_ASGD"):
         assert smallest(col) < stall / 100, col
+
+
+def test_r5_quick_runs_all_methods_and_starts_at_the_initial_loss(tmp_path):
+    """R5 quick through the CLI; the logged F at t = 0 equals a plain NumPy forward pass of the
+    initial MLP over the same training subset, and every method lowers the loss."""
+    from paper_figures import r5_mnist
+
+    assert cli.main(["figure", "r5", "--quick", "--out", str(tmp_path)]) == 0
+    rows = np.genfromtxt(tmp_path / "r5_mnist.csv", delimiter=",", names=True)
+    problem, _, _ = r5_mnist.build(**{k: r5_mnist.PRESETS["quick"][k] for k in ("train_size", "horizon")})
+    p = {k: {kk: np.asarray(vv, np.float64) for kk, vv in v.items()} for k, v in problem.x0.items()}
+    X = np.asarray(problem.data["X"], np.float64).reshape(-1, 784)
+    y = np.asarray(problem.data["y"]).ravel()
+    h = np.maximum(X @ p["Dense_0"]["kernel"] + p["Dense_0"]["bias"], 0.0)
+    z = h @ p["Dense_1"]["kernel"] + p["Dense_1"]["bias"]
+    z = z - z.max(axis=1, keepdims=True)
+    f0 = float(np.mean(np.log(np.exp(z).sum(axis=1)) - z[np.arange(len(y)), y]))
+    names = [n for n in rows.dtype.names if n.endswith("_loss")]
+    assert len(names) == 5
+    for n in names:
+        assert abs(rows[n][0] - f0) < 1e-4 * f0
+        assert rows[n][-1] < 0.8 * f0
+    text = (tmp_path / "r5_mnist.txt").read_text()
+    assert "Ranking by final training loss" in text and "quick preset" in text
+    # the stored data redraw the same findings without rerunning
+    assert r5_mnist.findings(r5_mnist.load_data(str(tmp_path / "r5_mnist.npz"))) == text

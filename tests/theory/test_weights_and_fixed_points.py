@@ -82,3 +82,37 @@ def test_check_report_verdicts():
     table = theory.format_table([ok, bad])
     assert "pass" in table and "FAIL" in table
     assert set(ok.as_dict()) == {"scenario", "algorithm", "quantity", "predicted", "measured", "tolerance", "passed"}
+
+
+def _quadratic_derivatives(A, b):
+    return lambda x: (np.einsum("ijk,ik->ij", A, x[None] - b), A)
+
+
+def test_clipped_fixed_point_closed_form_1d():
+    """q = (3/4, 1/4), b = (0, 10), c = 1: the far worker is clipped, so 0.75 x − 0.25 = 0."""
+    A = np.ones((2, 1, 1))
+    b = np.array([[0.0], [10.0]])
+    x = theory.clipped_fixed_point(_quadratic_derivatives(A, b), [0.75, 0.25], 1.0, [5.0])
+    np.testing.assert_allclose(x, [1.0 / 3.0], atol=1e-12)
+    # Unclipped it would be the weighted mean 2.5.
+    np.testing.assert_allclose(theory.quadratic_fixed_point(A, b, [0.75, 0.25]), [2.5], atol=1e-12)
+
+
+def test_clipped_fixed_point_is_x_q_when_nothing_is_clipped_and_a_root_otherwise():
+    rng = np.random.default_rng(3)
+    n, d = 5, 4
+    M = rng.standard_normal((n, d, d))
+    A = np.einsum("nij,nkj->nik", M, M) + np.eye(d)
+    b = 2 * rng.standard_normal((n, d))
+    q = rng.uniform(0.5, 1.5, n)
+    q /= q.sum()
+    der = _quadratic_derivatives(A, b)
+    x_q = theory.quadratic_fixed_point(A, b, q)
+    np.testing.assert_allclose(theory.clipped_fixed_point(der, q, 1e6, np.zeros(d)), x_q, atol=1e-10)
+    x_c = theory.clipped_fixed_point(der, q, 0.5, np.zeros(d))
+    G, _ = der(x_c)
+    norms = np.linalg.norm(G, axis=1)
+    assert np.sum(norms > 0.5) >= 3  # clipping is active for most workers
+    clipped = G * np.minimum(1.0, 0.5 / norms)[:, None]
+    assert np.linalg.norm(q @ clipped) < 1e-10
+    assert np.linalg.norm(x_c - x_q) > 0.1
