@@ -11,17 +11,8 @@ from tests.conftest import rel_err
 TAUS = np.array([1.0, 1.5, 2.5])
 
 
-def test_delayed_nesterov_matches_plain_loop():
-    prob = sim.problems.random_quadratic(3, 2, condition=3.0, seed=4)
-    A, b = prob.curvature
-    E, H, N, beta, eta, lr = 300, 3, 2, 0.8, 0.5, 0.05
-
-    def job(i, p):  # H local SGD steps; returns Δ
-        x = p.copy()
-        for _ in range(H):
-            x = x - lr * quadratic_gradient(A, b, i, x)
-        return p - x
-
+def _dn_server(eta, beta, N):
+    """The Delayed Nesterov server, spelled out in NumPy: (its state, the arrival handler)."""
     st = {"x": np.zeros(2), "m": np.zeros(2), "buf": np.zeros(2), "c": 0}
 
     def server(i, delta, point):
@@ -34,6 +25,22 @@ def test_delayed_nesterov_matches_plain_loop():
             st["buf"][:] = 0
             st["c"] = 0
         return st["x"]
+
+    return st, server
+
+
+def test_delayed_nesterov_matches_plain_loop():
+    prob = sim.problems.random_quadratic(3, 2, condition=3.0, seed=4)
+    A, b = prob.curvature
+    E, H, N, beta, eta, lr = 300, 3, 2, 0.8, 0.5, 0.05
+
+    def job(i, p):  # H local SGD steps; returns Δ
+        x = p.copy()
+        for _ in range(H):
+            x = x - lr * quadratic_gradient(A, b, i, x)
+        return p - x
+
+    st, server = _dn_server(eta, beta, N)
 
     heap_server(np.broadcast_to(TAUS[:, None], (3, E + 1)), E, job, server, np.zeros(2))
     alg = algos.async_local_sgd(stepsize=eta, local_stepsize=lr, local_steps=H, momentum=beta, delay=N)
@@ -76,18 +83,7 @@ def test_adamw_inner_and_dylu_match_plain_loop(dylu):
     A, b = prob.curvature
     E, H, N, beta, eta, lr, wd = 200, 4, 2, 0.5, 0.5, 0.02, 0.1
     steps = algos.dylu_local_steps(H, TAUS) if dylu else np.full(3, H)
-    st = {"x": np.zeros(2), "m": np.zeros(2), "buf": np.zeros(2), "c": 0}
-
-    def server(i, delta, point):
-        st["x"] = st["x"] - eta * delta / N
-        st["buf"] += delta
-        st["c"] += 1
-        if st["c"] == N:
-            st["m"] = beta * st["m"] + st["buf"] / N
-            st["x"] = st["x"] - eta * beta * st["m"]
-            st["buf"][:] = 0
-            st["c"] = 0
-        return st["x"]
+    st, server = _dn_server(eta, beta, N)
 
     job = lambda i, p: _adamw_numpy(A, b, i, p, int(steps[i]), lr, 0.9, 0.999, 1e-8, wd)
     heap_server(np.broadcast_to(TAUS[:, None], (3, E + 1)), E, job, server, np.zeros(2))
