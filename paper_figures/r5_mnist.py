@@ -19,6 +19,7 @@ CPU), and F is the mean of the workers' shard losses over that subset.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Optional
 
@@ -223,8 +224,6 @@ def load_data(path: str) -> dict:
 
 def write(out_dir: str, *, quick: bool = False, preset: Optional[str] = None, data: Optional[dict] = None) -> str:
     """Run (or, given ``data`` from :func:`load_data`, only redraw) and write the outputs."""
-    import os
-
     if data is None:
         data = compute(quick=quick, preset=preset)
         os.makedirs(out_dir, exist_ok=True)
