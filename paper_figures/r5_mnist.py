@@ -51,6 +51,8 @@ PRESETS = {
     "quick": dict(horizon=1500.0, seeds=3, grid=(0, 1), train_size=6000, log_points=25),
     # medium: 10 seeds, a fifth of the spec's horizon; about half an hour on 2 cores.
     "medium": dict(horizon=6000.0, seeds=10, grid=(0, 1), train_size=6000, log_points=40),
+    # control: the medium preset with deterministic τ_i = i (the spec's control for the noise).
+    "control": dict(horizon=6000.0, seeds=10, grid=(0, 1), train_size=6000, log_points=40, timing="fixed"),
     # full: the spec's horizon (3·10⁴), 10 seeds, the whole grid; about 3.5 h on 2 cores
     # (benchmarks/RESULTS.md), sized for an accelerator.
     "full": dict(horizon=30000.0, seeds=10, grid=(0, 1, 2), train_size=12000, log_points=60),
@@ -82,13 +84,20 @@ def _methods(n: int, taus: np.ndarray) -> dict:
     }
 
 
-def build(*, train_size: int, horizon: float, seed: int = 0, data_path: Optional[str] = None):
-    """The problem, the schedule and the data set's name."""
+def build(*, train_size: int, horizon: float, seed: int = 0, data_path: Optional[str] = None,
+          timing: str = "random"):
+    """The problem, the schedule and the data set's name. ``timing``: "random" (τ_i + |N(0, i)|
+    per job) or "fixed" (exactly τ_i = i)."""
     ds = load_mnist_format(data_path)
     keep = _subset(ds.y_train, train_size, seed)
     problem = mlp_classifier(ds.x_train[keep], ds.y_train[keep], num_workers=N_WORKERS, split="dirichlet",
                              alpha=ALPHA, hidden=128, batch_size=BATCH, seed=seed, dtype=np.float32)
     i = np.arange(1.0, N_WORKERS + 1)
+    if timing == "fixed":
+        schedule = schedules.fixed_computation(i, num_events=int(np.ceil(horizon * np.sum(1.0 / i))))
+        return problem, schedule, ds.name
+    if timing != "random":
+        raise ValueError(f"timing must be 'random' or 'fixed'; got {timing!r}")
     mean = i + np.sqrt(i) * np.sqrt(2.0 / np.pi)  # E[τ_i + |N(0, i)|]
     events = int(np.ceil(horizon * np.sum(1.0 / mean)))
     schedule = schedules.random_durations(i, num_events=events, noise="halfnormal", scale=np.sqrt(i), seed=seed + 1)
@@ -98,10 +107,12 @@ def build(*, train_size: int, horizon: float, seed: int = 0, data_path: Optional
 def compute(*, quick: bool = False, preset: Optional[str] = None, data_path: Optional[str] = None,
             progress: bool = True) -> dict:
     cfg = PRESETS[preset or ("quick" if quick else "full")]
-    problem, schedule, dataset = build(train_size=cfg["train_size"], horizon=cfg["horizon"], data_path=data_path)
+    problem, schedule, dataset = build(train_size=cfg["train_size"], horizon=cfg["horizon"], data_path=data_path,
+                                       timing=cfg.get("timing", "random"))
     keys = jax.random.split(jax.random.key(0), cfg["seeds"])
     log_every = max(1, schedule.num_events // cfg["log_points"])
     out = {"preset": preset or ("quick" if quick else "full"), "dataset": dataset, "n": N_WORKERS,
+           "timing": cfg.get("timing", "random"),
            "events": schedule.num_events, "end_time": schedule.end_time, "seeds": cfg["seeds"],
            "train_size": int(problem.data["y"].size), "methods": {}}
     for name, make in _methods(N_WORKERS, schedule.mean_durations).items():
@@ -135,7 +146,7 @@ def _final(m: dict, key: str) -> float:
 def findings(data: dict) -> str:
     lines = [f"R5 ({data['preset']} preset): {data['dataset']}, {data['train_size']} training images "
              f"(class-stratified subset), n = {data['n']}, Dirichlet α = {ALPHA}, MLP 784–128–10, batch {BATCH}, "
-             f"τ_i = i + |N(0, i)|; {data['events']} events to simulated time {data['end_time']:.0f}; "
+             f"{'τ_i = i exactly' if data.get('timing') == 'fixed' else 'τ_i = i + |N(0, i)|'}; {data['events']} events to simulated time {data['end_time']:.0f}; "
              f"{data['seeds']} seeds (median over seeds of the mean over the last fifth of the run).",
              f"{'method':16s} {'γ':>8s} {'loss':>9s} {'‖∇F‖²':>10s}  grid (γ: tail loss)"]
     finals = {}
@@ -189,7 +200,8 @@ def plot(data: dict, path: str) -> None:
         ax.set_ylabel(f"{label} (median, IQR band)")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    fig.suptitle(f"R5: {data['dataset']}, n = {data['n']}, Dirichlet α = {ALPHA}, τ_i = i + |N(0, i)| "
+    timing = "τ_i = i" if data.get("timing") == "fixed" else "τ_i = i + |N(0, i)|"
+    fig.suptitle(f"R5: {data['dataset']}, n = {data['n']}, Dirichlet α = {ALPHA}, {timing} "
                  f"({data['preset']} preset, {data['seeds']} seeds)", fontsize=10)
     save_figure(fig, path)
 
@@ -197,7 +209,7 @@ def plot(data: dict, path: str) -> None:
 def save_data(path: str, data: dict) -> None:
     """Every curve of every seed (the chosen step) and the grid scores, as a plain .npz."""
     flat = {"time": np.asarray(data["time"])}
-    for k in ("preset", "dataset", "n", "events", "end_time", "seeds", "train_size"):
+    for k in ("preset", "dataset", "n", "timing", "events", "end_time", "seeds", "train_size"):
         flat[f"meta_{k}"] = np.asarray(data[k])
     for i, (name, m) in enumerate(data["methods"].items()):
         flat[f"m{i}_name"] = np.asarray(name)
@@ -224,10 +236,13 @@ def load_data(path: str) -> dict:
 
 def write(out_dir: str, *, quick: bool = False, preset: Optional[str] = None, data: Optional[dict] = None) -> str:
     """Run (or, given ``data`` from :func:`load_data`, only redraw) and write the outputs."""
-    if data is None:
+    fresh = data is None
+    if fresh:
         data = compute(quick=quick, preset=preset)
+    stem = "r5_mnist_control" if data.get("timing") == "fixed" else "r5_mnist"
+    if fresh:  # keep every curve, so that the figure and text can be redrawn without rerunning
         os.makedirs(out_dir, exist_ok=True)
-        save_data(os.path.join(out_dir, "r5_mnist.npz"), data)
+        save_data(os.path.join(out_dir, f"{stem}.npz"), data)
     rows = []
     for j, t in enumerate(data["time"]):
         row = {"time": float(t)}
@@ -235,4 +250,4 @@ def write(out_dir: str, *, quick: bool = False, preset: Optional[str] = None, da
             row[f"{name} loss"] = float(np.nanmedian(m["loss"][:, j]))
             row[f"{name} grad_sq"] = float(np.nanmedian(m["grad_sq"][:, j]))
         rows.append(row)
-    return write_outputs(out_dir, "r5_mnist", data, plot, rows, findings(data))
+    return write_outputs(out_dir, stem, data, plot, rows, findings(data))

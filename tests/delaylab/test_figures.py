@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 
 from delaylab import cli
 
@@ -87,3 +88,13 @@ def test_r5_quick_runs_all_methods_and_starts_at_the_initial_loss(tmp_path):
     assert "Ranking by final training loss" in text and "quick preset" in text
     # the stored data redraw the same findings without rerunning
     assert r5_mnist.findings(r5_mnist.load_data(str(tmp_path / "r5_mnist.npz"))) == text
+
+
+def test_r5_control_timing_is_exact_and_bad_timing_is_refused():
+    from paper_figures import r5_mnist
+
+    problem, sched, _ = r5_mnist.build(train_size=2000, horizon=30.0, timing="fixed")
+    assert problem.num_workers == 100 and problem.data["y"].shape[0] == 100
+    np.testing.assert_array_equal(sched.durations, sched.worker + 1.0)  # τ_i = i exactly
+    with pytest.raises(ValueError, match="timing must be 'random' or 'fixed'"):
+        r5_mnist.build(train_size=2000, horizon=30.0, timing="lognormal")
