@@ -54,6 +54,7 @@ PRESETS = {
     # control: the medium preset with deterministic τ_i = i (the spec's control for the noise).
     "control": dict(horizon=6000.0, seeds=10, grid=(0, 1), train_size=6000, log_points=40, timing="fixed"),
     # full: the spec's horizon (3·10⁴), 10 seeds, the whole grid; about 3.5 h on 2 cores
+    # (resumable: each finished (method, step) part is kept until the figure is written)
     # (benchmarks/RESULTS.md), sized for an accelerator.
     "full": dict(horizon=30000.0, seeds=10, grid=(0, 1, 2), train_size=12000, log_points=60),
 }
@@ -104,33 +105,103 @@ def build(*, train_size: int, horizon: float, seed: int = 0, data_path: Optional
     return problem, schedule, ds.name
 
 
+def _code_hash() -> str:
+    """A hash of the sources a part's numbers depend on (algos/, sim/, this module)."""
+    import hashlib
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    h = hashlib.sha256()
+    files = [os.path.abspath(__file__)]
+    for sub in ("algos", "sim"):
+        for dirpath, _, names in sorted(os.walk(os.path.join(root, sub))):
+            files += [os.path.join(dirpath, f) for f in sorted(names) if f.endswith(".py")]
+    for f in files:
+        with open(f, "rb") as fh:
+            h.update(fh.read())
+    return h.hexdigest()[:16]
+
+
+def _part_key(cfg: dict, dataset: str, schedule, name: str, stepsize: float) -> str:
+    """What a stored part was computed from; a part whose key differs is recomputed."""
+    import json
+
+    return json.dumps({"code": _code_hash(), "cfg": cfg, "dataset": dataset, "events": int(schedule.num_events),
+                       "end_time": round(float(schedule.end_time), 9), "method": name,
+                       "stepsize": float(np.float32(stepsize))}, sort_keys=True)
+
+
+def _run_part(make, stepsize, problem, schedule, keys, log_every, path, key):
+    """One step size of one method over all seeds (one compiled :func:`sim.sweep`), stored at
+    ``path`` (written to a temporary name and renamed, so a stopped run leaves no half file)."""
+    if path is not None and os.path.exists(path):
+        with np.load(path, allow_pickle=False) as z:
+            if str(z["key"]) == key:
+                return {k: z[k] for k in ("loss", "grad_sq", "diverged_at", "time")} | {
+                    "seconds": float(z["seconds"]), "resumed": True}
+    grid = np.asarray([stepsize], np.float32)
+    t0 = time.perf_counter()
+    res = sim.sweep(make(float(stepsize)), problem, schedule, keys=keys, hparams={"stepsize": grid},
+                    log_every=log_every)
+    part = {"loss": np.asarray(res.metrics["loss"], np.float64)[0],
+            "grad_sq": np.asarray(res.metrics["grad_norm"], np.float64)[0] ** 2,
+            "diverged_at": np.asarray(res.diverged_at)[0], "time": np.asarray(res.metrics["time"], np.float64)}
+    part["seconds"] = time.perf_counter() - t0
+    if path is not None:
+        tmp = path + ".tmp.npz"
+        np.savez_compressed(tmp, key=np.asarray(key), seconds=np.asarray(part["seconds"]),
+                            **{k: part[k] for k in ("loss", "grad_sq", "diverged_at", "time")})
+        os.replace(tmp, path)
+    return part | {"resumed": False}
+
+
 def compute(*, quick: bool = False, preset: Optional[str] = None, data_path: Optional[str] = None,
-            progress: bool = True) -> dict:
-    cfg = PRESETS[preset or ("quick" if quick else "full")]
+            progress: bool = True, parts_dir: Optional[str] = None) -> dict:
+    """Every method on its step grid. Each (method, step size) is one compiled sweep over the seeds
+    (splitting the grid this way gives the same numbers bit for bit as one sweep over grid × seeds;
+    ``tests/delaylab/test_figures.py`` checks it). With ``parts_dir``, each finished part is stored
+    there and a rerun with the same configuration reuses it, so a stopped run resumes where it was."""
+    name_ = preset or ("quick" if quick else "full")
+    cfg = PRESETS[name_]
     problem, schedule, dataset = build(train_size=cfg["train_size"], horizon=cfg["horizon"], data_path=data_path,
                                        timing=cfg.get("timing", "random"))
     keys = jax.random.split(jax.random.key(0), cfg["seeds"])
     log_every = max(1, schedule.num_events // cfg["log_points"])
-    out = {"preset": preset or ("quick" if quick else "full"), "dataset": dataset, "n": N_WORKERS,
+    out = {"preset": name_, "dataset": dataset, "n": N_WORKERS,
            "timing": cfg.get("timing", "random"),
            "events": schedule.num_events, "end_time": schedule.end_time, "seeds": cfg["seeds"],
            "train_size": int(problem.data["y"].size), "methods": {}}
-    for name, make in _methods(N_WORKERS, schedule.mean_durations).items():
+    if parts_dir is not None:
+        os.makedirs(parts_dir, exist_ok=True)
+        if progress and any(f.endswith(".npz") for f in os.listdir(parts_dir)):
+            print(f"  r5: resuming; finished parts of an earlier stopped run are in {parts_dir} "
+                  "(a part whose configuration or code differs is recomputed)", flush=True)
+    methods = _methods(N_WORKERS, schedule.mean_durations)
+    total = sum(len(cfg["grid"]) for _ in methods)
+    done = 0
+    for mi, (name, make) in enumerate(methods.items()):
         grid = np.asarray([GRIDS[name][k] for k in cfg["grid"]], np.float32)
-        t0 = time.perf_counter()
-        res = sim.sweep(make(float(grid[0])), problem, schedule, keys=keys, hparams={"stepsize": grid},
-                        log_every=log_every)
-        seconds = time.perf_counter() - t0
-        loss = np.asarray(res.metrics["loss"], np.float64)  # [H, S, L]
-        g2 = np.asarray(res.metrics["grad_norm"], np.float64) ** 2
+        parts = []
+        for k, g in enumerate(grid):
+            path = None if parts_dir is None else os.path.join(parts_dir, f"m{mi}_g{k}.npz")
+            part = _run_part(make, g, problem, schedule, keys, log_every, path,
+                             _part_key(cfg, dataset, schedule, name, g))
+            parts.append(part)
+            done += 1
+            if progress:
+                how = "stored part reused" if part["resumed"] else f"{part['seconds']:.0f} s"
+                print(f"  r5 [{done}/{total}] {name:16s} γ = {float(g):.4g}: {how}", flush=True)
+        loss = np.stack([p["loss"] for p in parts])  # [H, S, L]
+        g2 = np.stack([p["grad_sq"] for p in parts])
+        diverged_at = np.stack([p["diverged_at"] for p in parts])
+        seconds = float(sum(p["seconds"] for p in parts))
         tail = slice(int(0.8 * loss.shape[-1]), None)
         score = np.median(np.nanmean(loss[..., tail], axis=-1), axis=-1)  # [H]
-        score = np.where(np.any(res.diverged_at >= 0, axis=-1), np.inf, score)
+        score = np.where(np.any(diverged_at >= 0, axis=-1), np.inf, score)
         best = int(np.argmin(score))
-        out["time"] = res.metrics["time"]
+        out["time"] = parts[0]["time"]
         out["methods"][name] = {"grid": grid.tolist(), "score": score.tolist(), "best": best,
                                 "stepsize": float(grid[best]), "loss": loss[best], "grad_sq": g2[best],
-                                "diverged": int(np.sum(res.diverged_at >= 0)), "seconds": seconds,
+                                "diverged": int(np.sum(diverged_at >= 0)), "seconds": seconds,
                                 "run_events_per_s": grid.size * cfg["seeds"] * schedule.num_events / seconds}
         if progress:
             print(f"  r5 {name:16s} γ grid {[float(f'{g:.4g}') for g in grid]} → {grid[best]:.4g}; "
@@ -238,7 +309,10 @@ def write(out_dir: str, *, quick: bool = False, preset: Optional[str] = None, da
     """Run (or, given ``data`` from :func:`load_data`, only redraw) and write the outputs."""
     fresh = data is None
     if fresh:
-        data = compute(quick=quick, preset=preset)
+        name = preset or ("quick" if quick else "full")
+        # Finished parts are kept under the output folder (ignored by git) until the figure is written.
+        parts_dir = os.path.join(out_dir, ".parts", f"r5_{name}")
+        data = compute(quick=quick, preset=preset, parts_dir=parts_dir)
     stem = "r5_mnist_control" if data.get("timing") == "fixed" else "r5_mnist"
     if fresh:  # keep every curve, so that the figure and text can be redrawn without rerunning
         os.makedirs(out_dir, exist_ok=True)
@@ -250,4 +324,11 @@ def write(out_dir: str, *, quick: bool = False, preset: Optional[str] = None, da
             row[f"{name} loss"] = float(np.nanmedian(m["loss"][:, j]))
             row[f"{name} grad_sq"] = float(np.nanmedian(m["grad_sq"][:, j]))
         rows.append(row)
-    return write_outputs(out_dir, stem, data, plot, rows, findings(data))
+    path = write_outputs(out_dir, stem, data, plot, rows, findings(data))
+    if fresh:  # everything is written; the parts were only there to resume a stopped run
+        import shutil
+
+        shutil.rmtree(parts_dir, ignore_errors=True)
+        if not os.listdir(os.path.dirname(parts_dir)):
+            os.rmdir(os.path.dirname(parts_dir))
+    return path

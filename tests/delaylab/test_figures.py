@@ -75,6 +75,7 @@ def test_r5_quick_runs_all_methods_and_starts_at_the_initial_loss(tmp_path):
     from paper_figures import r5_mnist
 
     assert cli.main(["figure", "r5", "--quick", "--out", str(tmp_path)]) == 0
+    assert not (tmp_path / ".parts").exists()  # resume parts are removed once the figure is written
     rows = np.genfromtxt(tmp_path / "r5_mnist.csv", delimiter=",", names=True)
     problem, _, _ = r5_mnist.build(**{k: r5_mnist.PRESETS["quick"][k] for k in ("train_size", "horizon")})
     p = {k: {kk: np.asarray(vv, np.float64) for kk, vv in v.items()} for k, v in problem.x0.items()}
@@ -103,3 +104,51 @@ def test_r5_control_timing_is_exact_and_bad_timing_is_refused():
     np.testing.assert_array_equal(sched.durations, sched.worker + 1.0)  # τ_i = i exactly
     with pytest.raises(ValueError, match="timing must be 'random' or 'fixed'"):
         r5_mnist.build(train_size=2000, horizon=30.0, timing="lognormal")
+
+
+def test_r5_parts_equal_one_sweep_and_a_stopped_run_resumes(tmp_path, monkeypatch):
+    """R5 runs one sweep per (method, step size); the parts equal one sweep over the whole grid bit
+    for bit, a rerun reuses every stored part, and a part stored for another configuration is
+    recomputed."""
+    import jax
+
+    import sim
+    from paper_figures import r5_mnist
+
+    cfg = dict(horizon=40.0, seeds=2, grid=(0, 1), train_size=1000, log_points=4)
+    monkeypatch.setitem(r5_mnist.PRESETS, "tiny", cfg)
+    full_methods = r5_mnist._methods
+    monkeypatch.setattr(r5_mnist, "_methods", lambda n, taus: {
+        k: v for k, v in full_methods(n, taus).items() if k in ("vanilla ASGD", "Ringleader ASGD")})
+    parts = tmp_path / "parts"
+    data = r5_mnist.compute(preset="tiny", parts_dir=str(parts), progress=False)
+    assert sorted(f.name for f in parts.iterdir()) == ["m0_g0.npz", "m0_g1.npz", "m1_g0.npz", "m1_g1.npz"]
+
+    problem, schedule, _ = r5_mnist.build(train_size=1000, horizon=40.0)
+    keys = jax.random.split(jax.random.key(0), 2)
+    for mi, (name, make) in enumerate(r5_mnist._methods(100, schedule.mean_durations).items()):
+        grid = np.asarray(r5_mnist.GRIDS[name][:2], np.float32)
+        joint = sim.sweep(make(float(grid[0])), problem, schedule, keys=keys, hparams={"stepsize": grid},
+                          log_every=max(1, schedule.num_events // 4))
+        for k in range(2):
+            with np.load(parts / f"m{mi}_g{k}.npz") as z:
+                np.testing.assert_array_equal(z["loss"], np.asarray(joint.metrics["loss"], np.float64)[k])
+        best = data["methods"][name]["best"]
+        np.testing.assert_array_equal(data["methods"][name]["loss"], np.asarray(joint.metrics["loss"], np.float64)[best])
+
+    calls = []
+    real_sweep = sim.sweep
+    monkeypatch.setattr(sim, "sweep", lambda *a, **kw: calls.append(1) or real_sweep(*a, **kw))
+    again = r5_mnist.compute(preset="tiny", parts_dir=str(parts), progress=False)
+    assert calls == []  # every part reused
+    for name, m in data["methods"].items():
+        np.testing.assert_array_equal(again["methods"][name]["loss"], m["loss"])
+        assert again["methods"][name]["seconds"] == m["seconds"]
+
+    with np.load(parts / "m1_g0.npz") as z:  # pretend this part came from another configuration
+        stored = {k: z[k] for k in z.files}
+    stored["key"] = np.asarray(str(stored["key"]).replace('"seeds": 2', '"seeds": 3'))
+    np.savez_compressed(parts / "m1_g0.npz", **stored)
+    third = r5_mnist.compute(preset="tiny", parts_dir=str(parts), progress=False)
+    assert calls == [1]
+    np.testing.assert_array_equal(third["methods"]["Ringleader ASGD"]["loss"], data["methods"]["Ringleader ASGD"]["loss"])
