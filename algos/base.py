@@ -50,11 +50,15 @@ class Oracle(Protocol):
     """Worker ``i``'s stochastic gradient: ``oracle(params, key) -> (loss, grad)``.
 
     Samples only from worker ``i``'s own data (data heterogeneity). ``oracle.worker`` is ``i``
-    (a traced integer), for work that depends on the worker."""
+    (a traced integer), for work that depends on the worker. ``oracle.loss(params, key)`` is the
+    minibatch loss whose gradient ``oracle(params, key)`` returns (problems that define it), for
+    work that differentiates further (AdaHessian's Hessian-vector products)."""
 
     worker: jax.Array
 
     def __call__(self, params: Params, key: jax.Array) -> tuple[jax.Array, Params]: ...
+
+    def loss(self, params: Params, key: jax.Array) -> jax.Array: ...
 
 
 class InitFn(Protocol):
@@ -110,6 +114,10 @@ class Algorithm(NamedTuple):
       apply_round: see :class:`ApplyRoundFn`; set for round-based algorithms, which then need
         a barrier schedule.
       validate: see :class:`ValidateFn`.
+      point_init: ``point_init(hparams, params) -> point``: what every worker is handed before
+        its first job, when that is more than the model (e.g. elastic averaging's worker state:
+        its own parameters and optimiser state). ``None``: the initial model. ``apply`` must then
+        return next points of the same structure.
 
     Only the function fields take part in equality and hashing that matters to ``jit``; the
     engine keys its compiled code on them, so two instances that differ in ``hparams`` alone
@@ -124,11 +132,12 @@ class Algorithm(NamedTuple):
     params: Callable[[State], Params]
     apply_round: Optional[ApplyRoundFn] = None
     validate: Optional[ValidateFn] = None
+    point_init: Optional[Callable] = None
 
     @property
     def functions(self) -> tuple:
         """The static part: what the engine's compiled code depends on."""
-        return (self.init, self.work, self.apply, self.params, self.apply_round)
+        return (self.init, self.work, self.apply, self.params, self.apply_round, self.point_init)
 
     def with_hparams(self, **overrides) -> "Algorithm":
         """The same algorithm with some default hyperparameters replaced."""

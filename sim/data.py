@@ -6,8 +6,9 @@ gives, else from the usual places, in order: ``$DELAYLAB_DATA``, ``/usr/share/da
 ``dataset-fashion-mnist`` package); and falls back to scikit-learn's bundled 8×8 handwritten
 digits, which need no download. The returned :class:`Dataset` says which one it is.
 
-Splits across workers (all equal-size, disjoint): iid, by label (sorted, contiguous shards), and
-Dirichlet(α) label proportions per worker.
+Splits across workers (all equal-size): iid, by label (sorted, contiguous shards), and
+Dirichlet(α) label proportions per worker, all disjoint; and overlapping (a shared subset that
+every worker holds plus disjoint parts of the rest).
 """
 
 from __future__ import annotations
@@ -212,3 +213,25 @@ def split_dirichlet(labels, num_workers: int, alpha: float, *, seed: int = 0) ->
                 need -= k
         out[w] = taken
     return out
+
+
+def split_overlap(labels, num_workers: int, ratio: float, *, seed: int = 0) -> np.ndarray:
+    """[n, m]: every worker holds a common subset O with |O| = round(r·N) plus its own disjoint
+    part of the rest (equal parts, remainder dropped): the overlapping split of the DEAHES-O paper
+    (r = |O|/|D|; the paper uses r = 1/P). At r = 0 this is :func:`split_iid` (the same draw).
+
+    Rows are ordered [O, S_j], the shared examples first, so ``idx[:, :len(O)]`` is the same for
+    every worker."""
+    labels = np.asarray(labels)
+    _check_split(labels, num_workers)
+    r = float(ratio)
+    if not (np.isfinite(r) and 0.0 <= r < 1.0):
+        raise ValueError(f"overlap ratio must be in [0, 1); got {ratio!r}")
+    perm = np.random.default_rng(seed).permutation(len(labels))
+    shared = int(round(r * len(labels)))
+    rest = perm[shared:]
+    m = len(rest) // int(num_workers)
+    if m < 1:
+        raise ValueError(f"overlap ratio {r} leaves {len(rest)} examples, fewer than one per worker ({num_workers})")
+    own = rest[: m * num_workers].reshape(num_workers, m)
+    return np.concatenate([np.broadcast_to(perm[:shared], (num_workers, shared)), own], axis=1)

@@ -89,7 +89,7 @@ class RunResult:
 class _Static:
     """Everything the compiled program depends on besides array shapes."""
 
-    alg_fns: tuple  # (init, work, apply, params, apply_round)
+    alg_fns: tuple  # (init, work, apply, params, apply_round, point_init)
     prob_fns: ProblemFns
     num_workers: int
     by_round: bool
@@ -108,6 +108,13 @@ class WorkerOracle:
     def __call__(self, params, key):
         return self._fns.value_and_grad(self._data, params, self.worker, key)
 
+    def loss(self, params, key):
+        """The minibatch loss whose gradient ``self(params, key)`` returns (same draw for the
+        same key); for work that needs more than a gradient (e.g. Hessian-vector products)."""
+        if self._fns.loss is None:
+            raise NotImplementedError("this problem gives no minibatch loss function (ProblemFns.loss)")
+        return self._fns.loss(self._data, params, self.worker, key)
+
 
 def _tree_where(pred, new, old):
     return jax.tree.map(lambda a, b: jnp.where(pred, a, b), new, old)
@@ -121,12 +128,13 @@ def _all_finite(tree) -> jax.Array:
 def _simulate(static: _Static, hparams, data, x0, key, ev, plan_events, targets):
     """One run. ``ev`` holds per-event arrays; ``plan_events`` is a pair of [chunks, blocks, slots]
     arrays: the leading chunks that hold no padding, then the rest (see :func:`_split_plan`)."""
-    init, work, apply, params_of, apply_round = static.alg_fns
+    init, work, apply, params_of, apply_round, point_init = static.alg_fns
     fns = static.prob_fns
     n = static.num_workers
 
     state0 = init(hparams, x0, n)
-    points0 = jax.tree.map(lambda x: jnp.broadcast_to(x, (n,) + x.shape), x0)
+    start = x0 if point_init is None else point_init(hparams, x0)
+    points0 = jax.tree.map(lambda x: jnp.broadcast_to(x, (n,) + x.shape), start)
     tail0 = jax.tree.map(jnp.zeros_like, x0)
 
     def event_at(e):
@@ -233,6 +241,8 @@ def _simulate(static: _Static, hparams, data, x0, key, ev, plan_events, targets)
         x = params_of(state)
         loss, grad = jax.value_and_grad(fns.objective, argnums=1)(data, x)
         out = {"loss": loss, "grad_norm": jnp.sqrt(sum(jnp.sum(g * g) for g in jax.tree.leaves(grad)))}
+        if fns.metrics is not None:
+            out.update(fns.metrics(data, x))
         if static.record_params:
             out["params"] = x
         for name, target in targets.items():

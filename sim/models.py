@@ -92,3 +92,136 @@ def mlp_classifier(images, labels, *, num_workers: int, split: str = "dirichlet"
         data={"X": jnp.asarray(X[idx], dt), "y": jnp.asarray(y[idx])},
         x0=params,
     )
+
+
+def max_pool_2x2(x):
+    """2×2 max-pooling, stride 2, of [B, H, W, C] ("SAME": odd sizes padded with −∞), by a reshape
+    and a max. Same values as ``flax.linen.max_pool``; on CPU its gradient costs far less than
+    the reduce-window form's (select-and-scatter): the CNN's whole gradient took half the time
+    (``benchmarks/workers.py``)."""
+    B, H, W, C = x.shape
+    if H % 2 or W % 2:
+        x = jnp.pad(x, ((0, 0), (0, H % 2), (0, W % 2), (0, 0)), constant_values=-jnp.inf)
+        B, H, W, C = x.shape
+    return x.reshape(B, H // 2, 2, W // 2, 2, C).max(axis=(2, 4))
+
+
+class CNN(nn.Module):
+    """Two 5×5 convolutions (``channels``, ReLU, 2×2 max-pool each), then a dense head
+    (``hidden`` units, ReLU; ``hidden=0``: none) and the class logits: the DEAHES-O paper's
+    two-layer CNN (specs/easgd_deahes.md §4; the head's width is our [CHOICE]). Inputs
+    [B, H, W] or [B, H, W, C]; kernels are HWIO (Flax)."""
+
+    classes: int
+    channels: tuple = (32, 64)
+    hidden: int = 128
+
+    @nn.compact
+    def __call__(self, x):
+        if x.ndim == 3:
+            x = x[..., None]
+        for c in self.channels:
+            # relu(pool(conv)) = pool(relu(conv)), on a quarter of the values
+            x = nn.relu(max_pool_2x2(nn.Conv(c, (5, 5), padding="SAME")(x)))
+        x = x.reshape((x.shape[0], -1))
+        if self.hidden:
+            x = nn.relu(nn.Dense(self.hidden)(x))
+        return nn.Dense(self.classes)(x)
+
+
+@dataclasses.dataclass(frozen=True)
+class _BatchLoss:
+    """Worker ``worker``'s minibatch loss: ``(data, params, worker, key) -> scalar``."""
+
+    module: nn.Module
+    batch_size: Optional[int]
+
+    def __call__(self, data, params, worker, key):
+        X, y = worker_batch(data, "X", "y", worker, key, self.batch_size)
+        return _loss(self.module, params, X, y)
+
+
+@dataclasses.dataclass(frozen=True)
+class _ValueAndGradOf:
+    loss: _BatchLoss
+
+    def __call__(self, data, params, worker, key):
+        return jax.value_and_grad(lambda p: self.loss(data, p, worker, key))(params)
+
+
+@dataclasses.dataclass(frozen=True)
+class _EvalLoss:
+    """F: the loss over the training examples held in ``data['X_eval']`` (each example once)."""
+
+    module: nn.Module
+
+    def __call__(self, data, params):
+        return _loss(self.module, params, data["X_eval"], data["y_eval"])
+
+
+@dataclasses.dataclass(frozen=True)
+class _TestAccuracy:
+    module: nn.Module
+
+    def __call__(self, data, params):
+        logits = self.module.apply({"params": params}, data["X_test"])
+        return {"test_accuracy": jnp.mean((jnp.argmax(logits, -1) == data["y_test"]).astype(logits.dtype))}
+
+
+def _stratified(y: np.ndarray, size: Optional[int], seed: int) -> np.ndarray:
+    if size is None or size >= len(y):
+        return np.arange(len(y))
+    rng = np.random.default_rng(seed)
+    out = [rng.choice(np.flatnonzero(y == c), size=int(round(size * np.mean(y == c))), replace=False)
+           for c in np.unique(y)]
+    return np.sort(np.concatenate(out))
+
+
+def cnn_classifier(images, labels, test_images, test_labels, *, num_workers: int, split: str = "iid",
+                   overlap: float = 0.0, batch_size: Optional[int] = 64, channels=(32, 64), hidden: int = 128,
+                   eval_size: Optional[int] = None, seed: int = 0, dtype=None) -> Problem:
+    """The CNN of :class:`CNN` trained by ``num_workers`` workers on shards of ``images``.
+
+    Args:
+      split: "iid" (disjoint random shards) or "overlap" (every worker also holds a shared
+        subset, ``overlap`` = r = |O|/|D|; see :func:`sim.data.split_overlap`).
+      eval_size: F is the mean loss over this many training examples (class-stratified, each
+        once; None: all), so that it is the training loss even where shards overlap; the test
+        accuracy over ``test_images`` is logged with it.
+    """
+    X = np.asarray(images, dtype=np.float32)
+    y = np.asarray(labels).astype(np.int32)
+    Xt = np.asarray(test_images, dtype=np.float32)
+    yt = np.asarray(test_labels).astype(np.int32)
+    if X.shape[0] != y.shape[0] or Xt.shape[0] != yt.shape[0]:
+        raise ValueError(f"images and labels must have the same length; got {X.shape[0]}/{y.shape[0]} (train) "
+                         f"and {Xt.shape[0]}/{yt.shape[0]} (test)")
+    if X.ndim not in (3, 4) or Xt.shape[1:] != X.shape[1:]:
+        raise ValueError(f"images must be [N, H, W] or [N, H, W, C], train and test alike; got {X.shape} and {Xt.shape}")
+    if split == "iid":
+        idx = data_lib.split_iid(y, num_workers, seed=seed)
+    elif split == "overlap":
+        idx = data_lib.split_overlap(y, num_workers, overlap, seed=seed)
+    else:
+        raise ValueError(f"split must be 'iid' or 'overlap'; got {split!r}")
+    if split == "iid" and overlap != 0.0:
+        raise ValueError("overlap applies to split='overlap' only")
+    if batch_size is not None and (int(batch_size) != batch_size or batch_size < 1):
+        raise ValueError(f"batch_size must be a positive integer or None; got {batch_size!r}")
+    classes = int(max(y.max(), yt.max())) + 1
+    module = CNN(classes=classes, channels=tuple(int(c) for c in channels), hidden=int(hidden))
+    dt = jnp.dtype(dtype) if dtype is not None else jnp.asarray(0.0).dtype
+    params = module.init(jax.random.key(seed), jnp.zeros((1,) + X.shape[1:], dt))["params"]
+    params = jax.tree.map(lambda p: p.astype(dt), params)
+    ev = _stratified(y, eval_size, seed)
+    loss = _BatchLoss(module, None if batch_size is None else int(batch_size))
+    return Problem(
+        name=f"cnn({X.shape[1:]}, {channels}, head {hidden}, n={num_workers}, {split}"
+             f"{f' r={overlap:g}' if split == 'overlap' else ''}, batch={batch_size})",
+        num_workers=int(num_workers),
+        fns=ProblemFns(_ValueAndGradOf(loss), _MLPLocalObjectives(module), loss=loss,
+                       global_objective=_EvalLoss(module), metrics=_TestAccuracy(module)),
+        data={"X": jnp.asarray(X[idx], dt), "y": jnp.asarray(y[idx]), "X_eval": jnp.asarray(X[ev], dt),
+              "y_eval": jnp.asarray(y[ev]), "X_test": jnp.asarray(Xt, dt), "y_test": jnp.asarray(yt)},
+        x0=params,
+    )

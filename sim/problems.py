@@ -30,13 +30,24 @@ class ProblemFns:
         of worker ``worker``'s loss, with randomness from ``key``.
       local_objectives: ``(data, params) -> [n]``: each F_i at ``params`` (full local data,
         no noise).
-      objective: ``(data, params) -> scalar``: F = (1/n) Σ F_i.
+      loss: optional ``(data, params, worker, key) -> scalar``: the minibatch loss whose gradient
+        ``value_and_grad`` returns (the same draw for the same key), for work that needs more
+        than a gradient (Hessian-vector products, AdaHessian).
+      global_objective: optional ``(data, params) -> scalar`` replacing the mean of the local
+        objectives as F (e.g. the loss over the unique training examples when shards overlap).
+      metrics: optional ``(data, params) -> {name: scalar}``, extra quantities logged with F at
+        every log point (e.g. test accuracy).
     """
 
     value_and_grad: Callable
     local_objectives: Callable
+    loss: Optional[Callable] = None
+    global_objective: Optional[Callable] = None
+    metrics: Optional[Callable] = None
 
     def objective(self, data, params):
+        if self.global_objective is not None:
+            return self.global_objective(data, params)
         return jnp.mean(self.local_objectives(data, params))
 
 
@@ -143,8 +154,18 @@ def _quad_local_objectives(data, x):
     return 0.5 * jnp.sum(r * Ar, axis=1)
 
 
-_QUAD_EXACT = ProblemFns(_quad_value_and_grad_exact, _quad_local_objectives)
-_QUAD_NOISY = ProblemFns(_quad_value_and_grad, _quad_local_objectives)
+def _quad_loss(data, x, worker, key):
+    """The minibatch loss whose gradient :func:`_quad_value_and_grad` returns (the noise enters
+    as the linear term ξᵀx)."""
+    return _quad_value_and_grad(data, x, worker, key)[0]
+
+
+def _quad_loss_exact(data, x, worker, key):
+    return _quad_value_and_grad_exact(data, x, worker, key)[0]
+
+
+_QUAD_EXACT = ProblemFns(_quad_value_and_grad_exact, _quad_local_objectives, loss=_quad_loss_exact)
+_QUAD_NOISY = ProblemFns(_quad_value_and_grad, _quad_local_objectives, loss=_quad_loss)
 
 
 def quadratic(A, b, *, x0=None, noise: float = 0.0, dtype=None) -> Problem:

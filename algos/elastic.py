@@ -1,0 +1,399 @@
+"""Elastic averaging (EASGD, EAMSGD; Zhang, Choromanska, LeCun 2015) with pluggable parts, and the
+DEAHES-O family (Xu & Carr 2024, arXiv 2409.09242): specs/easgd_deahes.md §2–§4.
+
+Three independent parts, composed by :func:`elastic_averaging`:
+
+* the **local optimiser**: any optax transformation (:class:`Local`); with ``hessian=True`` each
+  local step also estimates diag(H) by Hutchinson and passes it as ``hessian=`` (AdaHessian);
+* the **data split** (disjoint, or with a shared overlap ratio r): a property of the problem
+  (:func:`sim.models.cnn_classifier` ``split=``), not of the algorithm;
+* the **exchange rule**: the elastic weights (h1, h2) of each exchange: :func:`fixed` (α, α),
+  :func:`oracle` (1, 0 on an exchange that follows a failure, else α, α) or :func:`dynamic`
+  (h1(a), h2(a) from the trend a of the worker–master log-distance u).
+
+Event model. A job of worker i is τ local steps from its own state (parameters, optimiser state);
+at the job's arrival the worker attempts an exchange with the master x̃ (h1 pulls the worker to
+the master, h2 the master to the worker):
+
+    d = xⁱ − x̃;  xⁱ ← xⁱ − h1 d;  x̃ ← x̃ + h2 d.
+
+With h1 = h2 = α this is EASGD's exchange (xⁱ + x̃ is conserved, ‖xⁱ − x̃‖ shrinks by 1 − 2α).
+(The spec's worker loop exchanges at the start of each period, before its τ steps; here the
+exchange closes the period. The two orders differ only by the first exchange, which at
+xⁱ = x̃ = x₀ is a no-op.) The worker's whole state travels as the point the engine hands it
+(:class:`WorkerState`), so a job stays a pure function of what the worker was handed; the
+server state holds the master alone (plus the optional detector trace). The evaluated model is
+the master.
+
+Failures come from the schedule (``sim.schedules.with_failures``): an undelivered arrival is a
+failed exchange, and the oracle rule reads the same flag. Two semantics [CHOICE, §4]:
+
+* ``"suppressed"``: the exchange does not happen; the worker keeps its τ steps and trains on.
+* ``"stale"``: the worker made no progress (crashed); its state reverts to the job's start, and
+  its next exchange carries those old parameters (after the next job's τ steps).
+
+Monitoring (DEAHES-O) [CHOICE, §4]. At each exchange attempt the worker computes
+u = log ‖xⁱ − θ̃ᵐ‖, θ̃ᵐ being its estimate of the master: the master it reads now if the exchange
+goes through, else the copy it last received. It keeps the last p values (``history``, default
+3) and a = −Σⱼ cⱼ (u_{j+1} − u_j), c ∝ (1, 2, …, p−1) normalised to sum 1 (the newest difference
+weighted most); a failure makes u jump up, so a < 0 after one (the paper's sign convention).
+Until p values are held, a = 0. The weights are piecewise linear (``a0`` > 0):
+
+    h1(a) = α + (1 − α) min(1, max(0, −a/a0)),   h2(a) = α (1 − min(1, max(0, −a/a0))).
+
+``a0`` is meant to be chosen from failure-free runs (a multiple of the spread of a there); the
+DEAHES figure does this and documents the multiple.
+
+Detector trace. With ``trace=K`` the server keeps, for the first K exchange attempts, a, whether
+the attempt was delivered, and whether it follows a failed attempt of the same worker; the
+ROC AUC of −a for "follows a failure" is then :func:`detection_auc`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from algos import adahessian as ah
+from algos.base import Algorithm, Event, HParams, Params
+
+SEMANTICS = ("suppressed", "stale")
+
+
+class Local(NamedTuple):
+    """A worker's local optimiser: an optax transformation, run ``period`` steps per job.
+
+    ``hessian=True``: every step computes (loss, grad, D) with
+    :func:`algos.adahessian.hessian_diagonal` (``num_probes``, ``layout``) on the same minibatch and
+    calls ``opt.update(grad, state, params, hessian=D)``."""
+
+    opt: Any
+    hessian: bool = False
+    num_probes: int = 1
+    layout: Optional[str] = "HWIO"
+
+
+def sgd(learning_rate: float) -> Local:
+    return Local(optax.sgd(learning_rate))
+
+
+def nesterov(learning_rate: float, momentum: float) -> Local:
+    """EAMSGD's local optimiser: Nesterov momentum δ in optax's form (the iterate is the look-ahead
+    point of the spec's g = ∇ℓ(x + δv) formulation; Sutskever et al. 2013) [CHOICE]."""
+    return Local(optax.sgd(learning_rate, momentum=momentum, nesterov=True))
+
+
+def adahessian(learning_rate: float = 0.01, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-4,
+               hessian_power: float = 1.0, weight_decay: float = 5e-4, num_probes: int = 1,
+               layout: Optional[str] = "HWIO") -> Local:
+    """AdaHessian as the local optimiser (the paper: η = 0.01, β = (0.9, 0.999), one probe,
+    spatial averaging; the reference code's ε, k and weight decay)."""
+    return Local(ah.adahessian(learning_rate, b1, b2, eps, hessian_power, weight_decay), True, num_probes, layout)
+
+
+class Exchange(NamedTuple):
+    """An exchange rule: ``kind`` is "fixed", "oracle" or "dynamic"; its numbers are hparams."""
+
+    kind: str
+    history: int = 3
+
+
+def fixed() -> Exchange:
+    return Exchange("fixed")
+
+
+def oracle() -> Exchange:
+    return Exchange("oracle")
+
+
+def dynamic(history: int = 3) -> Exchange:
+    if isinstance(history, bool) or int(history) != history or history < 2:
+        raise ValueError(f"dynamic exchange: history p must be an integer ≥ 2; got {history!r}")
+    return Exchange("dynamic", int(history))
+
+
+class WorkerState(NamedTuple):
+    """What the engine hands worker i (and what its job returns)."""
+
+    params: Params
+    opt_state: Any
+    master_copy: Params  # θ̃ᵐ: the master the worker last received
+    u: jax.Array  # [p] the last p log-distances, newest last
+    seen: jax.Array  # int32 [], how many u values were recorded (capped use: min(seen, p))
+    failed_last: jax.Array  # bool [], the worker's previous arrival was lost (a failed exchange or a crash)
+
+
+class EAState(NamedTuple):
+    master: Params
+    attempts: jax.Array  # int32 [], exchange attempts so far (the trace's write position)
+    trace_a: jax.Array  # [K] trend a at each attempt (K = trace capacity, may be 0)
+    trace_follows: jax.Array  # bool [K] the attempt follows a failed attempt of the same worker
+    trace_delivered: jax.Array  # bool [K]
+    trace_worker: jax.Array  # int32 [K]
+
+
+def _tree_dist(a, b) -> jax.Array:
+    return jnp.sqrt(sum(jnp.sum((x - y) ** 2) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))))
+
+
+def _float_dtype(params):
+    return jax.tree.leaves(params)[0].dtype
+
+
+def trend(u: jax.Array, seen: jax.Array) -> jax.Array:
+    """a = −Σⱼ cⱼ Δuⱼ over the last p values (c ∝ 1, 2, …, p − 1, sum 1); 0 until p are held."""
+    p = u.shape[0]
+    c = jnp.arange(1, p, dtype=u.dtype)
+    c = c / jnp.sum(c)
+    a = -jnp.sum(c * jnp.diff(u))
+    return jnp.where(seen >= p, a, jnp.zeros_like(a))
+
+
+def dynamic_weights(a, alpha, a0):
+    """(h1, h2): α each for a ≥ 0; toward (1, 0) linearly as a falls to −a0."""
+    s = jnp.clip(-a / a0, 0.0, 1.0)
+    return alpha + (1 - alpha) * s, alpha * (1 - s)
+
+
+def _local_steps(local: Local, period: int):
+    def work(hparams: HParams, point: WorkerState, oracle, key) -> WorkerState:
+        def body(k, carry):
+            x, s = carry
+            kk = jax.random.fold_in(key, k)
+            if local.hessian:
+                _, g, D = ah.hessian_diagonal(lambda p: oracle.loss(p, kk), x, jax.random.fold_in(kk, 1),
+                                              num_probes=local.num_probes, layout=local.layout)
+                updates, s = local.opt.update(g, s, x, hessian=D)
+            else:
+                _, g = oracle(x, kk)
+                updates, s = local.opt.update(g, s, x)
+            return optax.apply_updates(x, updates), s
+
+        x, s = jax.lax.fori_loop(0, period, body, (point.params, point.opt_state))
+        return point._replace(params=x, opt_state=s)
+
+    return work
+
+
+def _where(pred, a, b):
+    return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
+
+
+def elastic_averaging(local: Local, *, alpha: float = 0.1, period: int = 1, exchange: Exchange = fixed(),
+                      failure: str = "suppressed", a0: float = 1.0, trace: int = 0, name: str = "elastic") -> Algorithm:
+    """Asynchronous elastic averaging (see the module docstring).
+
+    Args:
+      local: the local optimiser (:func:`sgd`, :func:`nesterov`, :func:`adahessian`, or a
+        :class:`Local` around any optax transformation).
+      alpha: α ∈ (0, 0.5), the moving rate (hparams ``alpha``, sweepable).
+      period: τ ≥ 1 local steps per job (the schedule's job durations are τ steps' worth).
+      exchange: :func:`fixed`, :func:`oracle` or :func:`dynamic`.
+      failure: "suppressed" or "stale" (how an undelivered arrival is read).
+      a0: the dynamic rule's scale (hparams ``a0``, > 0).
+      trace: keep the detector trace of the first ``trace`` exchange attempts.
+    """
+    if not isinstance(local, Local):
+        raise ValueError(f"{name}: local must be an algos.elastic.Local (e.g. elastic.sgd(0.01)); got {type(local).__name__}")
+    if not isinstance(exchange, Exchange) or exchange.kind not in ("fixed", "oracle", "dynamic"):
+        raise ValueError(f"{name}: exchange must be elastic.fixed(), elastic.oracle() or elastic.dynamic(); got {exchange!r}")
+    if failure not in SEMANTICS:
+        raise ValueError(f"{name}: failure must be one of {SEMANTICS}; got {failure!r}")
+    for arg, v in (("period", period), ("trace", trace)):
+        if isinstance(v, bool) or int(v) != v or v < (1 if arg == "period" else 0):
+            raise ValueError(f"{name}: {arg} must be an integer ≥ {1 if arg == 'period' else 0}; got {v!r}")
+    period, trace, p = int(period), int(trace), exchange.history
+
+    def init(hparams, params, n):
+        del hparams, n
+        z = jnp.zeros((trace,), jnp.float32)
+        return EAState(params, jnp.zeros((), jnp.int32), z, jnp.zeros((trace,), bool), jnp.zeros((trace,), bool),
+                       jnp.zeros((trace,), jnp.int32))
+
+    def point_init(hparams, params):
+        del hparams
+        return WorkerState(params, local.opt.init(params), params, jnp.zeros((p,), _float_dtype(params)),
+                           jnp.zeros((), jnp.int32), jnp.zeros((), bool))
+
+    def work(hparams, point, oracle, key):
+        end = _local_steps(local, period)(hparams, point, oracle, key)
+        return (point, end) if failure == "stale" else end
+
+    def apply(hparams, s: EAState, message, event: Event):
+        ok = event.delivered
+        if failure == "stale":
+            start, end = message
+            ws = _where(ok, end, start)  # a crashed worker made no progress
+            attempt = ok  # and attempted nothing
+        else:
+            ws = message
+            attempt = jnp.asarray(True)
+        x, master = ws.params, s.master
+        estimate = _where(ok, master, ws.master_copy)
+        u_now = jnp.log(jnp.maximum(_tree_dist(x, estimate), jnp.finfo(ws.u.dtype).tiny)).astype(ws.u.dtype)
+        u = jnp.where(attempt, jnp.concatenate([ws.u[1:], u_now[None]]), ws.u)
+        seen = ws.seen + attempt.astype(jnp.int32)
+        a = trend(u, seen)
+        alpha = jnp.asarray(hparams["alpha"], ws.u.dtype)
+        if exchange.kind == "fixed":
+            h1, h2 = alpha, alpha
+        elif exchange.kind == "oracle":
+            h1 = jnp.where(ws.failed_last, 1.0, alpha)
+            h2 = jnp.where(ws.failed_last, 0.0, alpha)
+        else:
+            h1, h2 = dynamic_weights(a, alpha, jnp.asarray(hparams["a0"], ws.u.dtype))
+        d = jax.tree.map(lambda xi, m: xi - m, x, master)
+        new_x = jax.tree.map(lambda xi, di: jnp.where(ok, xi - h1.astype(xi.dtype) * di, xi), x, d)
+        new_master = jax.tree.map(lambda m, di: jnp.where(ok, m + h2.astype(m.dtype) * di, m), master, d)
+        nxt = WorkerState(new_x, ws.opt_state, _where(ok, master, ws.master_copy), u, seen, ~ok)
+        state = EAState(new_master, s.attempts + attempt.astype(jnp.int32), *s[2:])
+        if trace:
+            k = jnp.where(attempt & (s.attempts < trace), s.attempts, trace)  # out of range: dropped
+            state = state._replace(trace_a=s.trace_a.at[k].set(a.astype(jnp.float32), mode="drop"),
+                                   trace_follows=s.trace_follows.at[k].set(ws.failed_last, mode="drop"),
+                                   trace_delivered=s.trace_delivered.at[k].set(ok, mode="drop"),
+                                   trace_worker=s.trace_worker.at[k].set(event.worker.astype(jnp.int32), mode="drop"))
+        stats = {"exchanged": ok.astype(jnp.float32), "h1": jnp.where(ok, h1, 0.0).astype(jnp.float32),
+                 "h2": jnp.where(ok, h2, 0.0).astype(jnp.float32)}
+        return state, nxt, stats
+
+    def validate(hparams, n):
+        del n
+        a = np.asarray(hparams["alpha"], dtype=np.float64)
+        if not np.all((a > 0) & (a < 0.5)):
+            raise ValueError(f"{name}: alpha must be in (0, 0.5) (an exchange shrinks the gap by 1 − 2α); "
+                             f"got {hparams['alpha']!r}")
+        if exchange.kind == "dynamic" and not np.all(np.asarray(hparams["a0"], dtype=np.float64) > 0):
+            raise ValueError(f"{name}: a0 must be positive; got {hparams['a0']!r}")
+
+    hp = {"alpha": alpha}
+    if exchange.kind == "dynamic":
+        hp["a0"] = a0
+    validate(hp, 0)
+    return Algorithm(name, hp, init, work, apply, lambda s: s.master, validate=validate, point_init=point_init)
+
+
+def detection_auc(state: EAState) -> dict:
+    """The ROC AUC of −a as a score for "this exchange follows a failure", over the delivered
+    attempts in the trace (ties count one half); with the counts of both classes. NaN when a
+    class is empty. Accepts a sweep's state (leading run axes): one AUC per run."""
+    a = np.asarray(state.trace_a, np.float64)
+    follows = np.asarray(state.trace_follows, bool)
+    ok = np.asarray(state.trace_delivered, bool)
+    filled = np.arange(a.shape[-1]) < np.asarray(state.attempts)[..., None]
+    lead = a.shape[:-1]
+    auc = np.full(lead, np.nan)
+    pos_n = np.zeros(lead, int)
+    neg_n = np.zeros(lead, int)
+    for idx in np.ndindex(*lead):
+        keep = filled[idx] & ok[idx]
+        score = -a[idx][keep]
+        lab = follows[idx][keep]
+        pos, neg = score[lab], score[~lab]
+        pos_n[idx], neg_n[idx] = pos.size, neg.size
+        if pos.size and neg.size:
+            auc[idx] = auc_of(pos, neg)
+    return {"auc": auc, "positives": pos_n, "negatives": neg_n}
+
+
+def auc_of(pos: np.ndarray, neg: np.ndarray) -> float:
+    """P(score of a positive > score of a negative) + ½ P(tie), by ranks (Mann–Whitney U)."""
+    allv = np.concatenate([pos, neg])
+    order = np.argsort(allv, kind="mergesort")
+    ranks = np.empty(allv.size)
+    sorted_v = allv[order]
+    # average ranks over ties
+    i = 0
+    while i < allv.size:
+        j = i
+        while j + 1 < allv.size and sorted_v[j + 1] == sorted_v[i]:
+            j += 1
+        ranks[order[i:j + 1]] = 0.5 * (i + j) + 1
+        i = j + 1
+    u = ranks[: pos.size].sum() - pos.size * (pos.size + 1) / 2
+    return float(u / (pos.size * neg.size))
+
+
+# --- the paper's methods (spec §3): each a composition of the three parts -------------------------
+
+
+def easgd(*, learning_rate: float = 0.01, alpha: float = 0.1, period: int = 1, failure: str = "suppressed",
+          trace: int = 0) -> Algorithm:
+    return elastic_averaging(sgd(learning_rate), alpha=alpha, period=period, failure=failure, trace=trace,
+                             name="EASGD")
+
+
+def eamsgd(*, learning_rate: float = 0.01, momentum: float = 0.5, alpha: float = 0.1, period: int = 1,
+           failure: str = "suppressed", trace: int = 0) -> Algorithm:
+    return elastic_averaging(nesterov(learning_rate, momentum), alpha=alpha, period=period, failure=failure,
+                             trace=trace, name="EAMSGD")
+
+
+def eahes(*, learning_rate: float = 0.01, alpha: float = 0.1, period: int = 1, failure: str = "suppressed",
+          trace: int = 0, **adahessian_kw) -> Algorithm:
+    """EASGD with AdaHessian workers. EAHES-O is the same algorithm on an overlapping split."""
+    return elastic_averaging(adahessian(learning_rate, **adahessian_kw), alpha=alpha, period=period,
+                             failure=failure, trace=trace, name="EAHES")
+
+
+def eahes_om(*, learning_rate: float = 0.01, alpha: float = 0.1, period: int = 1, failure: str = "suppressed",
+             trace: int = 0, **adahessian_kw) -> Algorithm:
+    """The oracle: (h1, h2) = (1, 0) on an exchange that follows a failure (spec §3 [CHOICE])."""
+    return elastic_averaging(adahessian(learning_rate, **adahessian_kw), alpha=alpha, period=period,
+                             exchange=oracle(), failure=failure, trace=trace, name="EAHES-OM")
+
+
+def deahes_o(*, learning_rate: float = 0.01, alpha: float = 0.1, a0: float = 1.0, history: int = 3, period: int = 1,
+             failure: str = "suppressed", trace: int = 0, **adahessian_kw) -> Algorithm:
+    """DEAHES-O: AdaHessian workers, dynamic weights (run it on an overlapping split)."""
+    return elastic_averaging(adahessian(learning_rate, **adahessian_kw), alpha=alpha, period=period,
+                             exchange=dynamic(history), failure=failure, a0=a0, trace=trace, name="DEAHES-O")
+
+
+# --- synchronous EASGD (ablation) -------------------------------------------------------------------
+
+
+def sync_easgd(*, learning_rate: float = 0.01, alpha: float = 0.1, period: int = 1, local: Optional[Local] = None) -> Algorithm:
+    """Synchronous EASGD: each round every worker runs τ local steps, then all exchange with the same
+    master: xⁱ ← xⁱ − α (xⁱ − x̃), x̃ ← x̃ + α Σᵢ (xⁱ − x̃) (over the delivered workers). Needs a
+    barrier schedule. The elastic symmetry needs n α < 1 for the master to stay a contraction."""
+    local = local or sgd(learning_rate)
+    work_one = _local_steps(local, int(period))
+
+    def init(hparams, params, n):
+        del hparams, n
+        return params
+
+    def point_init(hparams, params):
+        del hparams
+        return WorkerState(params, local.opt.init(params), params, jnp.zeros((1,), jnp.float32),
+                           jnp.zeros((), jnp.int32), jnp.zeros((), bool))
+
+    def apply_round(hparams, master, messages: WorkerState, events: Event, mask):
+        ok = mask & events.delivered
+        alpha = jnp.asarray(hparams["alpha"])
+
+        def leaf(xi, m):
+            w = ok.reshape((-1,) + (1,) * (xi.ndim - 1))
+            d = xi - m[None]
+            return jnp.where(w, xi - alpha.astype(xi.dtype) * d, xi), m + alpha.astype(m.dtype) * jnp.sum(jnp.where(w, d, 0), 0)
+
+        pairs = jax.tree.map(leaf, messages.params, master)
+        new_x = jax.tree.map(lambda t: t[0], pairs, is_leaf=lambda t: isinstance(t, tuple))
+        new_master = jax.tree.map(lambda t: t[1], pairs, is_leaf=lambda t: isinstance(t, tuple))
+        nxt = messages._replace(params=new_x)
+        return new_master, nxt, {"exchanged": ok.astype(jnp.float32)}
+
+    def validate(hparams, n):
+        a = np.asarray(hparams["alpha"], dtype=np.float64)
+        if not np.all((a > 0) & (a < 0.5)):
+            raise ValueError(f"sync_easgd: alpha must be in (0, 0.5); got {hparams['alpha']!r}")
+        if n and not np.all(n * a < 1):
+            raise ValueError(f"sync_easgd: needs n·alpha < 1 for a stable master; got n = {n}, alpha = {hparams['alpha']!r}")
+
+    return Algorithm("sync EASGD", {"alpha": alpha}, init, work_one, None, lambda s: s, apply_round=apply_round,
+                     validate=validate, point_init=point_init)
