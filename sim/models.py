@@ -172,8 +172,11 @@ def _stratified(y: np.ndarray, size: Optional[int], seed: int) -> np.ndarray:
     if size is None or size >= len(y):
         return np.arange(len(y))
     rng = np.random.default_rng(seed)
-    out = [rng.choice(np.flatnonzero(y == c), size=int(round(size * np.mean(y == c))), replace=False)
-           for c in np.unique(y)]
+    classes, counts = np.unique(y, return_counts=True)
+    quota = size * counts / len(y)
+    take = np.floor(quota).astype(int)
+    take[np.argsort(take - quota)[: size - take.sum()]] += 1  # largest remainders: exactly `size`
+    out = [rng.choice(np.flatnonzero(y == c), size=k, replace=False) for c, k in zip(classes, take)]
     return np.sort(np.concatenate(out))
 
 

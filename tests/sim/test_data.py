@@ -98,3 +98,21 @@ def test_splits():
         data.split_dirichlet(labels, 3, 0.0)
     with pytest.raises(ValueError, match="cannot give each of 2000 workers one"):
         data.split_iid(labels, 2000)
+
+
+def test_overlap_split():
+    y = np.arange(1000) % 10
+    for n, r in ((4, 0.25), (8, 0.125), (3, 0.1)):
+        idx = data.split_overlap(y, n, r, seed=2)
+        shared = int(round(r * len(y)))
+        assert idx.shape == (n, shared + (len(y) - shared) // n)  # equal sizes
+        common = set(idx[0])
+        for row in idx[1:]:
+            common &= set(row)
+        assert len(common) == shared and shared / len(y) == r  # the shared fraction, exactly
+        np.testing.assert_array_equal(idx[:, :shared], np.broadcast_to(idx[0, :shared], (n, shared)))
+        own = idx[:, shared:]
+        assert len(np.unique(own)) == own.size and not (set(own.ravel()) & common)  # the rest disjoint
+    np.testing.assert_array_equal(data.split_overlap(y, 4, 0.0, seed=5), data.split_iid(y, 4, seed=5))  # r = 0
+    with pytest.raises(ValueError, match="overlap ratio must be in"):
+        data.split_overlap(y, 4, 1.0)

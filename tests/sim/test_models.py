@@ -36,3 +36,34 @@ def test_mlp_trains_and_block_engine_is_exact_on_pytrees():
     assert a.metrics["loss"][-1] < 0.5 * a.metrics["loss"][0]
     for u, v in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params)):
         np.testing.assert_allclose(u, v, rtol=1e-10, atol=1e-12)
+
+
+def test_cnn_problem_pooling_metrics_and_overlap_zero():
+    import flax.linen as nn
+
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(2, 7, 6, 3)))
+    np.testing.assert_array_equal(models.max_pool_2x2(x), nn.max_pool(x, (2, 2), strides=(2, 2), padding="SAME"))
+    ds = data.digits()
+    kw = dict(num_workers=4, batch_size=8, eval_size=300, channels=(4, 8), hidden=16)
+    prob = models.cnn_classifier(ds.x_train, ds.y_train, ds.x_test, ds.y_test, split="overlap", overlap=0.25, **kw)
+    assert prob.data["X"].shape[:2] == (4, int(round(0.25 * len(ds.y_train))) + (len(ds.y_train) - 359) // 4)
+    # the minibatch loss is the one whose gradient the oracle returns
+    loss, grad = prob.fns.value_and_grad(prob.data, prob.x0, 2, jax.random.key(1))
+    assert float(loss) == float(prob.fns.loss(prob.data, prob.x0, 2, jax.random.key(1)))
+    g2 = jax.grad(lambda p: prob.fns.loss(prob.data, p, 2, jax.random.key(1)))(prob.x0)
+    for a, b in zip(jax.tree.leaves(grad), jax.tree.leaves(g2)):
+        np.testing.assert_array_equal(a, b)
+    # test accuracy against a NumPy count of the arg-max predictions
+    logits = np.asarray(models.CNN(10, (4, 8), 16).apply({"params": prob.x0}, jnp.asarray(ds.x_test)))
+    acc = np.mean(logits.argmax(1) == ds.y_test)
+    assert abs(float(prob.fns.metrics(prob.data, prob.x0)["test_accuracy"]) - acc) < 1e-12
+    assert prob.data["X_eval"].shape[0] == 300
+    # r = 0: the overlapping split is the disjoint one
+    a = models.cnn_classifier(ds.x_train, ds.y_train, ds.x_test, ds.y_test, split="overlap", overlap=0.0, **kw)
+    b = models.cnn_classifier(ds.x_train, ds.y_train, ds.x_test, ds.y_test, split="iid", **kw)
+    for k in a.data:
+        np.testing.assert_array_equal(a.data[k], b.data[k])
+    import pytest
+
+    with pytest.raises(ValueError, match="split must be 'iid' or 'overlap'"):
+        models.cnn_classifier(ds.x_train, ds.y_train, ds.x_test, ds.y_test, split="dirichlet", **kw)
