@@ -159,7 +159,9 @@ def dynamic_weights(a, alpha, a0):
     return alpha + (1 - alpha) * s, alpha * (1 - s)
 
 
-def _local_steps(local: Local, period: int):
+def _local_steps(local: Local):
+    """τ = ``hparams["period"]`` local steps (traced: one compiled program serves every τ)."""
+
     def work(hparams: HParams, point: WorkerState, oracle, key) -> WorkerState:
         def body(k, carry):
             x, s = carry
@@ -173,10 +175,16 @@ def _local_steps(local: Local, period: int):
                 updates, s = local.opt.update(g, s, x)
             return optax.apply_updates(x, updates), s
 
-        x, s = jax.lax.fori_loop(0, period, body, (point.params, point.opt_state))
+        x, s = jax.lax.fori_loop(0, jnp.asarray(hparams["period"], jnp.int32), body, (point.params, point.opt_state))
         return point._replace(params=x, opt_state=s)
 
     return work
+
+
+def _check_period(name, period) -> None:
+    v = np.asarray(period)
+    if v.dtype == bool or not np.issubdtype(v.dtype, np.integer) or not np.all(v >= 1):
+        raise ValueError(f"{name}: period τ must be an integer ≥ 1 (local steps per exchange); got {period!r}")
 
 
 def _where(pred, a, b):
@@ -191,7 +199,8 @@ def elastic_averaging(local: Local, *, alpha: float = 0.1, period: int = 1, exch
       local: the local optimiser (:func:`sgd`, :func:`nesterov`, :func:`adahessian`, or a
         :class:`Local` around any optax transformation).
       alpha: α ∈ (0, 0.5), the moving rate (hparams ``alpha``, sweepable).
-      period: τ ≥ 1 local steps per job (the schedule's job durations are τ steps' worth).
+      period: τ ≥ 1 local steps per job (hparams ``period``, an integer, sweepable: one compiled
+        program serves every τ). The schedule's job durations are τ steps' worth.
       exchange: :func:`fixed`, :func:`oracle` or :func:`dynamic`.
       failure: "suppressed" or "stale" (how an undelivered arrival is read).
       a0: the dynamic rule's scale (hparams ``a0``, > 0).
@@ -203,10 +212,9 @@ def elastic_averaging(local: Local, *, alpha: float = 0.1, period: int = 1, exch
         raise ValueError(f"{name}: exchange must be elastic.fixed(), elastic.oracle() or elastic.dynamic(); got {exchange!r}")
     if failure not in SEMANTICS:
         raise ValueError(f"{name}: failure must be one of {SEMANTICS}; got {failure!r}")
-    for arg, v in (("period", period), ("trace", trace)):
-        if isinstance(v, bool) or int(v) != v or v < (1 if arg == "period" else 0):
-            raise ValueError(f"{name}: {arg} must be an integer ≥ {1 if arg == 'period' else 0}; got {v!r}")
-    period, trace, p = int(period), int(trace), exchange.history
+    if isinstance(trace, bool) or int(trace) != trace or trace < 0:
+        raise ValueError(f"{name}: trace must be an integer ≥ 0; got {trace!r}")
+    trace, p = int(trace), exchange.history
 
     def init(hparams, params, n):
         del hparams, n
@@ -220,7 +228,7 @@ def elastic_averaging(local: Local, *, alpha: float = 0.1, period: int = 1, exch
                            jnp.zeros((), jnp.int32), jnp.zeros((), bool))
 
     def work(hparams, point, oracle, key):
-        end = _local_steps(local, period)(hparams, point, oracle, key)
+        end = _local_steps(local)(hparams, point, oracle, key)
         return (point, end) if failure == "stale" else end
 
     def apply(hparams, s: EAState, message, event: Event):
@@ -267,10 +275,11 @@ def elastic_averaging(local: Local, *, alpha: float = 0.1, period: int = 1, exch
         if not np.all((a > 0) & (a < 0.5)):
             raise ValueError(f"{name}: alpha must be in (0, 0.5) (an exchange shrinks the gap by 1 − 2α); "
                              f"got {hparams['alpha']!r}")
+        _check_period(name, hparams["period"])
         if exchange.kind == "dynamic" and not np.all(np.asarray(hparams["a0"], dtype=np.float64) > 0):
             raise ValueError(f"{name}: a0 must be positive; got {hparams['a0']!r}")
 
-    hp = {"alpha": alpha}
+    hp = {"alpha": alpha, "period": period}
     if exchange.kind == "dynamic":
         hp["a0"] = a0
     validate(hp, 0)
@@ -362,7 +371,7 @@ def sync_easgd(*, learning_rate: float = 0.01, alpha: float = 0.1, period: int =
     master: xⁱ ← xⁱ − α (xⁱ − x̃), x̃ ← x̃ + α Σᵢ (xⁱ − x̃) (over the delivered workers). Needs a
     barrier schedule. The elastic symmetry needs n α < 1 for the master to stay a contraction."""
     local = local or sgd(learning_rate)
-    work_one = _local_steps(local, int(period))
+    work_one = _local_steps(local)
 
     def init(hparams, params, n):
         del hparams, n
@@ -394,6 +403,8 @@ def sync_easgd(*, learning_rate: float = 0.01, alpha: float = 0.1, period: int =
             raise ValueError(f"sync_easgd: alpha must be in (0, 0.5); got {hparams['alpha']!r}")
         if n and not np.all(n * a < 1):
             raise ValueError(f"sync_easgd: needs n·alpha < 1 for a stable master; got n = {n}, alpha = {hparams['alpha']!r}")
+        _check_period("sync_easgd", hparams["period"])
 
-    return Algorithm("sync EASGD", {"alpha": alpha}, init, work_one, None, lambda s: s, apply_round=apply_round,
+    validate({"alpha": alpha, "period": period}, 0)
+    return Algorithm("sync EASGD", {"alpha": alpha, "period": period}, init, work_one, None, lambda s: s, apply_round=apply_round,
                      validate=validate, point_init=point_init)

@@ -95,6 +95,7 @@ class _Static:
     by_round: bool
     record_params: bool = False
     batching: str = "vmap"  # how a block's worker jobs are batched: "vmap" or "map" (lax.map)
+    runs: str = "vmap"  # how a sweep's runs are batched: "vmap" or "map" (one after another)
 
 
 class WorkerOracle:
@@ -278,7 +279,17 @@ _simulate_jit = jax.jit(_simulate, static_argnums=0)
 
 
 def _sweep_impl(static, hparams, data, x0, keys, ev, plan_events, targets):
-    over_seeds = jax.vmap(lambda h, k: _simulate(static, h, data, x0, k, ev, plan_events, targets), in_axes=(None, 0))
+    one = lambda h, k: _simulate(static, h, data, x0, k, ev, plan_events, targets)
+    if static.runs == "map":
+        # Runs one after another inside the one compiled call (for convolutions on CPU, batching
+        # runs whose kernels differ is slower than a loop; benchmarks/RESULTS.md).
+        H = jax.tree.leaves(hparams)[0].shape[0]
+        S = keys.shape[0]
+        flat_h = jax.tree.map(lambda v: jnp.repeat(v, S, axis=0), hparams)
+        flat_k = jnp.concatenate([keys] * H)
+        out = jax.lax.map(lambda hk: one(*hk), (flat_h, flat_k))
+        return jax.tree.map(lambda v: v.reshape((H, S) + v.shape[1:]), out)
+    over_seeds = jax.vmap(one, in_axes=(None, 0))
     return jax.vmap(over_seeds, in_axes=(0, None))(hparams, keys)
 
 
@@ -406,7 +417,7 @@ def _check_key(key, *, batched: bool):
 
 
 def _prepare(alg, problem, schedule, *, hparams, log_every, block_size, targets, average_from, batched,
-             record_params=False, batching="vmap", num_keys=1):
+             record_params=False, batching="vmap", num_keys=1, runs="vmap"):
     by_round = _validate(alg, problem, schedule)
     if not (0.0 <= float(average_from) < 1.0):
         raise ValueError(f"average_from must be in [0, 1) (a fraction of the run's end time); got {average_from!r}")
@@ -416,10 +427,12 @@ def _prepare(alg, problem, schedule, *, hparams, log_every, block_size, targets,
         log_every = max(1, schedule.num_events // 100)
     if batching not in ("vmap", "map"):
         raise ValueError(f"batching must be 'vmap' or 'map'; got {batching!r}")
-    runs = (H or 1) * num_keys  # runs batched together: the block-size choice depends on it
-    plan = plan_blocks(schedule, log_every=log_every, block_size=block_size, by_round=by_round, runs=runs)
+    if runs not in ("vmap", "map"):
+        raise ValueError(f"runs must be 'vmap' or 'map'; got {runs!r}")
+    batched_runs = (H or 1) * num_keys if runs == "vmap" else 1  # the block-size choice depends on it
+    plan = plan_blocks(schedule, log_every=log_every, block_size=block_size, by_round=by_round, runs=batched_runs)
     ev, window = _event_arrays(schedule, average_from, dtype)
-    static = _Static(alg.functions, problem.fns, problem.num_workers, by_round, bool(record_params), batching)
+    static = _Static(alg.functions, problem.fns, problem.num_workers, by_round, bool(record_params), batching, runs)
     return static, hp, H, plan, ev, window, _targets(problem, targets, dtype)
 
 
@@ -491,13 +504,16 @@ def run(alg: Algorithm, problem: Problem, schedule: Schedule, *, key, hparams: O
 
 def sweep(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys, hparams: Optional[dict] = None,
           log_every: Optional[int] = None, block_size: int | str = "auto", targets: Optional[dict] = None,
-          average_from: float = 0.5, record_params: bool = False, batching: str = "vmap") -> RunResult:
+          average_from: float = 0.5, record_params: bool = False, batching: str = "vmap",
+          runs: str = "vmap") -> RunResult:
     """Many runs in one compiled call: a grid of hyperparameter values × seeds.
 
     Args:
       keys: a batch of S PRNG keys (one run per key), e.g. ``jax.random.split(key, 256)``.
       hparams: None (the algorithm's defaults, grid size 1), or overrides in which at least one
         hyperparameter has a leading grid axis of size H (all swept ones the same H).
+      runs: "vmap" (the runs batched) or "map" (one after another, inside the same compiled
+        call; same numbers up to floating-point reassociation).
       Other arguments as in :func:`run`.
 
     Returns:
@@ -512,7 +528,7 @@ def sweep(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys, hparams
     static, hp, _, plan, ev, window, tg = _prepare(
         alg, problem, schedule, hparams=hparams, log_every=log_every, block_size=block_size,
         targets=targets, average_from=average_from, batched=True, record_params=record_params,
-        batching=batching, num_keys=len(keys))
+        batching=batching, num_keys=len(keys), runs=runs)
     with jax.threefry_partitionable(True):
         out = _sweep_jit(static, hp, problem.data, problem.x0, keys, ev, _split_plan(plan), tg)
     out = _to_numpy(out)

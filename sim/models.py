@@ -106,6 +106,52 @@ def max_pool_2x2(x):
     return x.reshape(B, H // 2, 2, W // 2, 2, C).max(axis=(2, 4))
 
 
+# Below this many output pixels per image, "auto" convolutions run as one matrix product over
+# patches (im2col). Measured on the 2-core CPU (XLA 0.10), batch 64, 5×5 SAME kernels, forward /
+# kernel gradient / input gradient in ms: 4×4 pixels, 32→64 channels: XLA's convolution 25 / 28 / 42,
+# im2col 3.0 / 5.7 / 5.2; 14×14, 32→64: XLA 15 / 38 / 32, im2col 68 / 103 / 103.
+IM2COL_MAX_PIXELS = 64
+
+
+def conv2d_im2col(x, kernel):
+    """A stride-1 "SAME" convolution of [B, H, W, C] by an HWIO kernel as one matrix product: the
+    kernel's shifted windows stacked along the channel axis (im2col), then a dot with the kernel
+    reshaped to [kh·kw·C, O]."""
+    kh, kw, cin, cout = kernel.shape
+    B, H, W, _ = x.shape
+    ph, pw = (kh - 1) // 2, (kw - 1) // 2
+    xp = jnp.pad(x, ((0, 0), (ph, kh - 1 - ph), (pw, kw - 1 - pw), (0, 0)))
+    cols = jnp.concatenate([xp[:, i:i + H, j:j + W, :] for i in range(kh) for j in range(kw)], axis=-1)
+    return cols @ kernel.reshape(kh * kw * cin, cout)
+
+
+class Conv2D(nn.Module):
+    """A 5×5 (``size``) stride-1 "SAME" convolution with bias, HWIO kernel (the parameters of
+    ``flax.linen.Conv``: ``kernel`` lecun-normal, ``bias`` zeros). ``impl``: "lax"
+    (``lax.conv_general_dilated``), "im2col" (:func:`conv2d_im2col`) or "auto" (im2col when the
+    image has at most ``IM2COL_MAX_PIXELS`` pixels, where XLA's CPU convolution is slow)."""
+
+    features: int
+    size: int = 5
+    impl: str = "auto"
+
+    @nn.compact
+    def __call__(self, x):
+        if self.impl not in ("auto", "lax", "im2col"):
+            raise ValueError(f"conv impl must be 'auto', 'lax' or 'im2col'; got {self.impl!r}")
+        kernel = self.param("kernel", nn.initializers.lecun_normal(), (self.size, self.size, x.shape[-1], self.features),
+                            x.dtype)
+        bias = self.param("bias", nn.initializers.zeros, (self.features,), x.dtype)
+        dt = jnp.result_type(x, kernel)
+        x, kernel, bias = x.astype(dt), kernel.astype(dt), bias.astype(dt)
+        im2col = self.impl == "im2col" or (self.impl == "auto" and x.shape[1] * x.shape[2] <= IM2COL_MAX_PIXELS)
+        if im2col:
+            y = conv2d_im2col(x, kernel)
+        else:
+            y = jax.lax.conv_general_dilated(x, kernel, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return y + bias.reshape((1,) * (y.ndim - 1) + (-1,))
+
+
 class CNN(nn.Module):
     """Two 5×5 convolutions (``channels``, ReLU, 2×2 max-pool each), then a dense head
     (``hidden`` units, ReLU; ``hidden=0``: none) and the class logits: the DEAHES-O paper's
@@ -115,14 +161,15 @@ class CNN(nn.Module):
     classes: int
     channels: tuple = (32, 64)
     hidden: int = 128
+    conv_impl: str = "auto"
 
     @nn.compact
     def __call__(self, x):
         if x.ndim == 3:
             x = x[..., None]
-        for c in self.channels:
+        for i, c in enumerate(self.channels):
             # relu(pool(conv)) = pool(relu(conv)), on a quarter of the values
-            x = nn.relu(max_pool_2x2(nn.Conv(c, (5, 5), padding="SAME")(x)))
+            x = nn.relu(max_pool_2x2(Conv2D(c, impl=self.conv_impl, name=f"Conv_{i}")(x)))
         x = x.reshape((x.shape[0], -1))
         if self.hidden:
             x = nn.relu(nn.Dense(self.hidden)(x))

@@ -204,7 +204,7 @@ def test_bad_inputs_are_refused():
         ea.easgd(alpha=0.5)
     with pytest.raises(ValueError, match="failure must be one of"):
         ea.easgd(failure="lost")
-    with pytest.raises(ValueError, match="period must be an integer"):
+    with pytest.raises(ValueError, match="period τ must be an integer"):
         ea.easgd(period=0)
     with pytest.raises(ValueError, match="a0 must be positive"):
         ea.deahes_o(a0=0.0)

@@ -67,3 +67,21 @@ def test_cnn_problem_pooling_metrics_and_overlap_zero():
 
     with pytest.raises(ValueError, match="split must be 'iid' or 'overlap'"):
         models.cnn_classifier(ds.x_train, ds.y_train, ds.x_test, ds.y_test, split="dirichlet", **kw)
+
+
+def test_conv_implementations_agree_with_flax():
+    import flax.linen as nn
+
+    rng = np.random.default_rng(4)
+    for shape, cout in (((3, 4, 4, 5), 6), ((2, 9, 7, 2), 3)):
+        x = jnp.asarray(rng.normal(size=shape))
+        ref = nn.Conv(cout, (5, 5), padding="SAME")
+        p = ref.init(jax.random.key(0), x)
+        want = ref.apply(p, x)
+        for impl in ("lax", "im2col", "auto"):
+            got = models.Conv2D(cout, impl=impl).apply(p, x)
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+        gw = jax.grad(lambda q: jnp.sum(ref.apply(q, x) ** 2))(p)
+        gi = jax.grad(lambda q: jnp.sum(models.Conv2D(cout, impl="im2col").apply(q, x) ** 2))(p)
+        for a, b in zip(jax.tree.leaves(gw), jax.tree.leaves(gi)):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10)
