@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench data clean
+.PHONY: demo test bench bench-workers torch data clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,14 @@ data:
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.engine
+
+# Optional, for benchmarks/workers.py only: PyTorch's CPU build from Debian (found by the benchmark
+# in /usr/lib/python3/dist-packages; PyPI's Linux wheels are CUDA builds).
+torch:
+	test -d /usr/lib/python3/dist-packages/torch || (apt-get update -q && apt-get install -y -q --no-install-recommends python3-torch)
+
+bench-workers: $(STAMP) torch data
+	$(BIN)/python -m benchmarks.workers
 
 clean:
 	rm -rf $(VENV) out

@@ -7,5 +7,6 @@ FIGURES = {
     "r3": ("paper_figures.r3_noise_floor", "noise floors against γ and σ, vanilla and Rescaled, with V σ²/(4Γ)"),
     "r4": ("paper_figures.r4_time_to_eps", "time to ‖∇F‖² ≤ ε for 7 methods, with the heterogeneous lower bound"),
     "r5": ("paper_figures.r5_mnist", "MNIST-format MLP, n = 100, Dirichlet 0.1: Rescaled, Malenia, Ringleader, IA²SGD, vanilla"),
+    "deahes": ("paper_figures.deahes", "DEAHES-O Figs. 4-5: elastic averaging with AdaHessian under failures, P ∈ {4, 8}, τ ∈ {1, 2, 4}"),
     "r6": ("paper_figures.r6_homogeneous", "homogeneous data: Rescaled vs vanilla (noise floor τ_A/τ_H), median/IQR over seeds"),
 }

@@ -279,3 +279,19 @@ def test_tail_average_is_time_weighted_mean_of_the_model():
     expected = (hold[:, None] * x_after).sum(0) / hold.sum()
     assert rel_err(res.tail_average, expected) < 1e-12
     assert res.tail_window == (t0, T)
+
+
+def test_sweep_runs_one_after_another_gives_the_batched_numbers():
+
+
+    prob = sim.problems.random_quadratic(4, 3, seed=2, noise=0.5)
+    sched = schedules.fixed_computation([1.0, 1.5, 2.0, 3.0], num_events=120)
+    keys = jax.random.split(jax.random.key(5), 3)
+    hp = {"stepsize": np.array([0.05, 0.1])}
+    a = sim.sweep(algos.asgd(stepsize=0.1), prob, sched, keys=keys, hparams=hp, log_every=30)
+    b = sim.sweep(algos.asgd(stepsize=0.1), prob, sched, keys=keys, hparams=hp, log_every=30, runs="map")
+    np.testing.assert_allclose(b.metrics["loss"], a.metrics["loss"], rtol=1e-12)
+    np.testing.assert_allclose(b.params, a.params, rtol=1e-12)
+    assert b.params.shape == (2, 3, 3)
+    with pytest.raises(ValueError, match="runs must be 'vmap' or 'map'"):
+        sim.sweep(algos.asgd(stepsize=0.1), prob, sched, keys=keys, hparams=hp, runs="pmap")
