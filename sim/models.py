@@ -109,7 +109,10 @@ def max_pool_2x2(x):
 # Below this many output pixels per image, "auto" convolutions run as one matrix product over
 # patches (im2col). Measured on the 2-core CPU (XLA 0.10), batch 64, 5×5 SAME kernels, forward /
 # kernel gradient / input gradient in ms: 4×4 pixels, 32→64 channels: XLA's convolution 25 / 28 / 42,
-# im2col 3.0 / 5.7 / 5.2; 14×14, 32→64: XLA 15 / 38 / 32, im2col 68 / 103 / 103.
+# im2col 3.0 / 5.7 / 5.2; 14×14, 32→64: XLA 15 / 38 / 32, im2col 68 / 103 / 103. That holds outside
+# loops only: inside a lax.scan body (where the engine runs every job) the whole 28×28 CNN gradient
+# took 1783 ms with XLA's convolution against 130 ms outside, and 237 ms with im2col either way, so
+# the simulator's CNN uses im2col throughout (benchmarks/RESULTS.md).
 IM2COL_MAX_PIXELS = 64
 
 
@@ -161,7 +164,7 @@ class CNN(nn.Module):
     classes: int
     channels: tuple = (32, 64)
     hidden: int = 128
-    conv_impl: str = "auto"
+    conv_impl: str = "im2col"  # see Conv2D: inside the engine's scans, XLA's CPU convolution is slow
 
     @nn.compact
     def __call__(self, x):
@@ -229,12 +232,14 @@ def _stratified(y: np.ndarray, size: Optional[int], seed: int) -> np.ndarray:
 
 def cnn_classifier(images, labels, test_images, test_labels, *, num_workers: int, split: str = "iid",
                    overlap: float = 0.0, batch_size: Optional[int] = 64, channels=(32, 64), hidden: int = 128,
-                   eval_size: Optional[int] = None, seed: int = 0, dtype=None) -> Problem:
+                   eval_size: Optional[int] = None, seed: int = 0, dtype=None, conv_impl: str = "im2col") -> Problem:
     """The CNN of :class:`CNN` trained by ``num_workers`` workers on shards of ``images``.
 
     Args:
       split: "iid" (disjoint random shards) or "overlap" (every worker also holds a shared
         subset, ``overlap`` = r = |O|/|D|; see :func:`sim.data.split_overlap`).
+      conv_impl: how :class:`Conv2D` computes (default im2col, the fast one inside the engine's
+        loops on CPU).
       eval_size: F is the mean loss over this many training examples (class-stratified, each
         once; None: all), so that it is the training loss even where shards overlap; the test
         accuracy over ``test_images`` is logged with it.
@@ -259,7 +264,7 @@ def cnn_classifier(images, labels, test_images, test_labels, *, num_workers: int
     if batch_size is not None and (int(batch_size) != batch_size or batch_size < 1):
         raise ValueError(f"batch_size must be a positive integer or None; got {batch_size!r}")
     classes = int(max(y.max(), yt.max())) + 1
-    module = CNN(classes=classes, channels=tuple(int(c) for c in channels), hidden=int(hidden))
+    module = CNN(classes=classes, channels=tuple(int(c) for c in channels), hidden=int(hidden), conv_impl=conv_impl)
     dt = jnp.dtype(dtype) if dtype is not None else jnp.asarray(0.0).dtype
     params = module.init(jax.random.key(seed), jnp.zeros((1,) + X.shape[1:], dt))["params"]
     params = jax.tree.map(lambda p: p.astype(dt), params)
