@@ -121,11 +121,13 @@ def _code_hash() -> str:
     return h.hexdigest()[:16]
 
 
-def _part_key(cfg: dict, dataset: str, schedule, name: str, stepsize: float) -> str:
-    """What a stored part was computed from; a part whose key differs is recomputed."""
+def _part_key(code: str, cfg: dict, dataset: str, schedule, name: str, stepsize: float) -> str:
+    """What a stored part was computed from; a part whose key differs is recomputed. ``code`` is
+    :func:`_code_hash` taken once when the run starts (the code the process loaded), not when the
+    part is saved."""
     import json
 
-    return json.dumps({"code": _code_hash(), "cfg": cfg, "dataset": dataset, "events": int(schedule.num_events),
+    return json.dumps({"code": code, "cfg": cfg, "dataset": dataset, "events": int(schedule.num_events),
                        "end_time": round(float(schedule.end_time), 9), "method": name,
                        "stepsize": float(np.float32(stepsize))}, sort_keys=True)
 
@@ -170,6 +172,7 @@ def compute(*, quick: bool = False, preset: Optional[str] = None, data_path: Opt
            "timing": cfg.get("timing", "random"),
            "events": schedule.num_events, "end_time": schedule.end_time, "seeds": cfg["seeds"],
            "train_size": int(problem.data["y"].size), "methods": {}}
+    code = _code_hash()
     if parts_dir is not None:
         os.makedirs(parts_dir, exist_ok=True)
         if progress and any(f.endswith(".npz") for f in os.listdir(parts_dir)):
@@ -184,7 +187,7 @@ def compute(*, quick: bool = False, preset: Optional[str] = None, data_path: Opt
         for k, g in enumerate(grid):
             path = None if parts_dir is None else os.path.join(parts_dir, f"m{mi}_g{k}.npz")
             part = _run_part(make, g, problem, schedule, keys, log_every, path,
-                             _part_key(cfg, dataset, schedule, name, g))
+                             _part_key(code, cfg, dataset, schedule, name, g))
             parts.append(part)
             done += 1
             if progress:
