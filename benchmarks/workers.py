@@ -90,15 +90,17 @@ def torch_loop(images: np.ndarray, labels: np.ndarray, reps: int) -> dict | None
             torch.nn.ReLU(), torch.nn.Linear(128, 10))
 
     models = [net() for _ in range(WORKERS)]
-    rng = np.random.default_rng(0)
-    X = torch.from_numpy(images[:, None].astype(np.float32))
-    Y = torch.from_numpy(labels.astype(np.int64))
+    gen = torch.Generator().manual_seed(0)
+    # through the buffer protocol, not torch's NumPy bridge (Debian's torch 1.13 was built against NumPy 1.x)
+    X = torch.frombuffer(bytearray(np.ascontiguousarray(images, np.float32).tobytes()), dtype=torch.float32)
+    X = X.reshape(images.shape[0], 1, images.shape[1], images.shape[2])
+    Y = torch.frombuffer(bytearray(np.ascontiguousarray(labels, np.int64).tobytes()), dtype=torch.int64)
     state = [{"m": [torch.zeros_like(p) for p in m.parameters()], "v": [torch.zeros_like(p) for p in m.parameters()],
               "t": 0} for m in models]
 
     def sgd_step():
         for m in models:
-            idx = torch.from_numpy(rng.integers(0, len(Y), BATCH))
+            idx = torch.randint(0, len(Y), (BATCH,), generator=gen)
             loss = F.cross_entropy(m(X[idx]), Y[idx])
             m.zero_grad()
             loss.backward()
@@ -108,7 +110,7 @@ def torch_loop(images: np.ndarray, labels: np.ndarray, reps: int) -> dict | None
 
     def adahessian_step():
         for m, st in zip(models, state):
-            idx = torch.from_numpy(rng.integers(0, len(Y), BATCH))
+            idx = torch.randint(0, len(Y), (BATCH,), generator=gen)
             params = list(m.parameters())
             loss = F.cross_entropy(m(X[idx]), Y[idx])
             grads = torch.autograd.grad(loss, params, create_graph=True)
