@@ -257,7 +257,7 @@ def elastic_averaging(local: Local, *, alpha: float = 0.1, period: int = 1, exch
         d = jax.tree.map(lambda xi, m: xi - m, x, master)
         new_x = jax.tree.map(lambda xi, di: jnp.where(ok, xi - h1.astype(xi.dtype) * di, xi), x, d)
         new_master = jax.tree.map(lambda m, di: jnp.where(ok, m + h2.astype(m.dtype) * di, m), master, d)
-        nxt = WorkerState(new_x, ws.opt_state, _where(ok, master, ws.master_copy), u, seen, ~ok)
+        nxt = WorkerState(new_x, ws.opt_state, estimate, u, seen, ~ok)  # the master read, if the exchange happened
         state = EAState(new_master, s.attempts + attempt.astype(jnp.int32), *s[2:])
         if trace:
             k = jnp.where(attempt & (s.attempts < trace), s.attempts, trace)  # out of range: dropped
