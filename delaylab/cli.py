@@ -26,6 +26,9 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--preset", default=None,
                    help="a named preset, for figures that have more than quick/full (r5: quick, medium, full)")
     f.add_argument("--out", default=None, help="output folder (default: out/figures/NAME)")
+    f.add_argument("--redraw", metavar="NPZ", default=None,
+                   help="redraw the figure, CSV and findings text from the .npz an earlier run wrote, "
+                        "without computing (figures that store one: r5, deahes)")
     return p
 
 
@@ -56,6 +59,26 @@ def main(argv=None) -> int:
         jax.config.update("jax_enable_x64", True)
         module = importlib.import_module(FIGURES[args.name][0])
         out = args.out or f"out/figures/{args.name}"
+        if args.redraw is not None:
+            import os
+
+            if not hasattr(module, "load_data"):
+                able = sorted(k for k, (mod, _) in FIGURES.items() if hasattr(importlib.import_module(mod), "load_data"))
+                print(f"delaylab figure: {args.name} stores no data to redraw from; --redraw works for {able}",
+                      file=sys.stderr)
+                return 2
+            if not os.path.isfile(args.redraw):
+                print(f"delaylab figure: --redraw {args.redraw!r}: no such file (expected the .npz an earlier "
+                      f"`delaylab figure {args.name}` wrote)", file=sys.stderr)
+                return 2
+            try:
+                data = module.load_data(args.redraw)
+            except (KeyError, ValueError, OSError) as err:
+                print(f"delaylab figure: --redraw {args.redraw!r} is not a {args.name} data file ({err})", file=sys.stderr)
+                return 2
+            path = module.write(out, data=data)
+            print(f"{args.name}: redrew {path} from {args.redraw}")
+            return 0
         presets = getattr(module, "PRESETS", None)
         if args.preset is not None:
             if presets is None or args.preset not in presets:

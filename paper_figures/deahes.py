@@ -2,8 +2,10 @@
 
 Setting (spec §1, §4): P ∈ {4, 8} workers, communication period τ ∈ {1, 2, 4} local steps, the
 two-convolution CNN (sim.models.CNN), minibatch 64; each worker's exchange with the master is
-lost with probability 1/3 per communication round ("suppressed" semantics: the worker trains on
-without the exchange). Six methods (spec §3): EASGD, EAMSGD (δ = 0.5), EAHES, EAHES-O, EAHES-OM
+lost with probability 1/3 per communication round. Spec §4 names two failure semantics and both
+are presets: "suppressed" (the default; the worker trains on without the exchange) and "stale"
+(``quick-stale``, ``full-stale``: the failed worker makes no progress and its first exchange after
+recovery carries its old parameters); the stale figure is written as ``deahes_stale.*``. Six methods (spec §3): EASGD, EAMSGD (δ = 0.5), EAHES, EAHES-O, EAHES-OM
 (oracle) and DEAHES-O; η = 0.01 for every local optimiser, α = 0.1, AdaHessian with β = (0.9,
 0.999), one Hutchinson probe, spatial averaging, the reference code's ε = 1e-4 and weight decay
 5e-4; the -O methods use the overlapping split with r = 1/P, the others disjoint shards.
@@ -23,12 +25,15 @@ over the test set.
 
 Presets: ``quick`` uses scikit-learn's 8×8 digits (the CNN unchanged, its convolutions on 8×8 and
 4×4 images) and 25 rounds; ``full`` uses MNIST where present, else Fashion-MNIST (Debian), and
-150 rounds; it is sized for an accelerator.
+150 rounds; it is sized for an accelerator. Each finished (P, method) sweep is stored under
+``<out>/.parts/deahes_<preset>/`` and reused when a stopped run is restarted with the same
+configuration and code; the parts are deleted once the figure is written. Every curve is kept in
+``deahes.npz``, from which ``delaylab figure deahes --redraw`` redraws the figure and text.
 """
 
 from __future__ import annotations
 
-import time
+import os
 from typing import Optional
 
 import jax
@@ -36,6 +41,7 @@ import numpy as np
 
 import sim
 from algos import elastic as ea
+from paper_figures import _parts
 from paper_figures._output import save_figure, write_outputs
 from sim import schedules
 from sim.data import digits, load_mnist_format
@@ -45,6 +51,10 @@ PRESETS = {
     "quick": dict(data="digits", rounds=25, seeds=3, train_size=None, eval_size=None, test_size=None),
     "full": dict(data="mnist-format", rounds=150, seeds=3, train_size=None, eval_size=10000, test_size=None),
 }
+# The same runs with the other failure semantics of spec §4: a failed worker is crashed (no
+# progress) and its first exchange after recovery carries its old parameters.
+PRESETS["quick-stale"] = dict(PRESETS["quick"], semantics="stale")
+PRESETS["full-stale"] = dict(PRESETS["full"], semantics="stale")
 WORKERS = (4, 8)
 PERIODS = (1, 2, 4)
 LR, MOMENTUM, ALPHA, FAILURE_P, BATCH, KAPPA = 0.01, 0.5, 0.1, 1.0 / 3.0, 64, 2.0
@@ -52,15 +62,16 @@ METHODS = ("EASGD", "EAMSGD", "EAHES", "EAHES-O", "EAHES-OM", "DEAHES-O")
 HESSIAN = ("EAHES", "EAHES-O", "EAHES-OM", "DEAHES-O")
 
 
-def _algorithms(trace: int) -> dict:
+def _algorithms(trace: int, failure: str = "suppressed") -> dict:
     """name -> (algorithm, split); each a composition of local optimiser × split × exchange rule."""
+    f = dict(alpha=ALPHA, failure=failure)
     return {
-        "EASGD": (ea.easgd(learning_rate=LR, alpha=ALPHA), "iid"),
-        "EAMSGD": (ea.eamsgd(learning_rate=LR, momentum=MOMENTUM, alpha=ALPHA), "iid"),
-        "EAHES": (ea.eahes(learning_rate=LR, alpha=ALPHA), "iid"),
-        "EAHES-O": (ea.eahes(learning_rate=LR, alpha=ALPHA, trace=trace), "overlap"),
-        "EAHES-OM": (ea.eahes_om(learning_rate=LR, alpha=ALPHA), "overlap"),
-        "DEAHES-O": (ea.deahes_o(learning_rate=LR, alpha=ALPHA, trace=trace), "overlap"),
+        "EASGD": (ea.easgd(learning_rate=LR, **f), "iid"),
+        "EAMSGD": (ea.eamsgd(learning_rate=LR, momentum=MOMENTUM, **f), "iid"),
+        "EAHES": (ea.eahes(learning_rate=LR, **f), "iid"),
+        "EAHES-O": (ea.eahes(learning_rate=LR, trace=trace, **f), "overlap"),
+        "EAHES-OM": (ea.eahes_om(learning_rate=LR, **f), "overlap"),
+        "DEAHES-O": (ea.deahes_o(learning_rate=LR, trace=trace, **f), "overlap"),
     }
 
 
@@ -81,15 +92,36 @@ def _trend_spread(state) -> np.ndarray:
     return np.asarray(out)
 
 
+def _part_names() -> list:
+    return [(P, m) for P in WORKERS for m in ("calibration",) + METHODS]
+
+
 def compute(*, quick: bool = False, preset: Optional[str] = None, data_path: Optional[str] = None,
-            progress: bool = True) -> dict:
+            progress: bool = True, parts_dir: Optional[str] = None) -> dict:
+    """Every (P, method) as one compiled sweep over τ × seeds. With ``parts_dir``, each finished
+    sweep (and each a0 calibration) is stored there and a rerun with the same configuration and
+    code reuses it (:mod:`paper_figures._parts`), so a stopped run resumes where it was."""
     name = preset or ("quick" if quick else "full")
     cfg = PRESETS[name]
+    semantics = cfg.get("semantics", "suppressed")
     dataset, Xtr, ytr, Xte, yte = _dataset(cfg, data_path)
     keys = jax.random.split(jax.random.key(0), cfg["seeds"])
     periods = np.asarray(PERIODS, np.int32)
     out = {"preset": name, "dataset": dataset, "rounds": cfg["rounds"], "seeds": cfg["seeds"], "train_size": len(ytr),
-           "test_size": len(yte), "periods": list(PERIODS), "workers": list(WORKERS), "runs": {}}
+           "test_size": len(yte), "semantics": semantics, "periods": list(PERIODS), "workers": list(WORKERS),
+           "runs": {}}
+    code = _parts.code_hash(__file__)
+    _parts.announce_resume(parts_dir, "deahes")
+    total, done = len(_part_names()), 0
+
+    def part(P, label, key_extra, fn):
+        nonlocal done
+        key = _parts.make_key(code=code, cfg=cfg, dataset=dataset, train=len(ytr), test=len(yte), P=P, part=label,
+                              **key_extra)
+        got, reused = _parts.load_or_compute(parts_dir, f"P{P}_{label}", key, fn)
+        done += 1
+        return got, reused
+
     for P in WORKERS:
         problems = {
             split: cnn_classifier(Xtr, ytr, Xte, yte, num_workers=P, split=split,
@@ -98,34 +130,51 @@ def compute(*, quick: bool = False, preset: Optional[str] = None, data_path: Opt
             for split in ("iid", "overlap")}
         clean = schedules.fixed_computation(np.ones(P), num_events=P * cfg["rounds"])
         failing = schedules.with_failures(clean, probability=FAILURE_P, seed=P)
-        algs = _algorithms(trace=P * cfg["rounds"])
-        # a0 from failure-free EAHES-O runs (same compiled program as the failing runs below)
-        t0 = time.perf_counter()
-        calib = sim.sweep(algs["EAHES-O"][0], problems["overlap"], clean, keys=keys, hparams={"period": periods},
-                          log_every=P, runs="map")
-        a0 = KAPPA * _trend_spread(calib.state)
+        algs = _algorithms(trace=P * cfg["rounds"], failure=semantics)
+
+        def calibrate():  # a0 from failure-free EAHES-O runs (same compiled program as the failing runs below)
+            calib = sim.sweep(algs["EAHES-O"][0], problems["overlap"], clean, keys=keys,
+                              hparams={"period": periods}, log_every=P, runs="map")
+            return {"a0": KAPPA * _trend_spread(calib.state)}
+
+        cal, reused = part(P, "calibration", {}, calibrate)
+        a0 = np.asarray(cal["a0"], np.float64)
         out[f"a0_P{P}"] = a0
-        out[f"a0_seconds_P{P}"] = time.perf_counter() - t0
+        out[f"a0_seconds_P{P}"] = float(cal["seconds"])
         if progress:
-            print(f"  deahes P={P}: a0 = {KAPPA:g} × spread of a without failures = "
-                  f"{', '.join(f'{v:.3g}' for v in a0)} (τ = {PERIODS}); {out[f'a0_seconds_P{P}']:.0f} s", flush=True)
+            how = "stored part reused" if reused else f"{float(cal['seconds']):.0f} s"
+            print(f"  deahes [{done}/{total}] P={P}: a0 = {KAPPA:g} × spread of a without failures = "
+                  f"{', '.join(f'{v:.3g}' for v in a0)} (τ = {PERIODS}); {how}", flush=True)
         for m, (alg, split) in algs.items():
             hp = {"period": periods}
             if m == "DEAHES-O":
                 hp["a0"] = a0.astype(np.float32)
-            t0 = time.perf_counter()
-            res = sim.sweep(alg, problems[split], failing, keys=keys, hparams=hp, log_every=P, runs="map")
-            run = {"loss": np.asarray(res.metrics["loss"]), "accuracy": np.asarray(res.metrics["test_accuracy"]),
-                   "seconds": time.perf_counter() - t0, "diverged": int(np.sum(res.diverged_at >= 0))}
-            if m in ("EAHES-O", "DEAHES-O"):
-                det = ea.detection_auc(res.state)
-                run.update(auc=det["auc"], positives=det["positives"], negatives=det["negatives"])
+
+            def run_method(alg=alg, split=split, hp=hp, m=m):
+                res = sim.sweep(alg, problems[split], failing, keys=keys, hparams=hp, log_every=P, runs="map")
+                got = {"loss": np.asarray(res.metrics["loss"]), "accuracy": np.asarray(res.metrics["test_accuracy"]),
+                       "diverged": np.asarray(int(np.sum(res.diverged_at >= 0))),
+                       "round": np.asarray(res.metrics["events"]) / P}
+                if m in ("EAHES-O", "DEAHES-O"):
+                    det = ea.detection_auc(res.state)
+                    got.update(auc=det["auc"], positives=det["positives"], negatives=det["negatives"])
+                return got
+
+            got, reused = part(P, m, {"a0": [round(float(v), 12) for v in a0]} if m == "DEAHES-O" else {}, run_method)
+            run = {k: v for k, v in got.items() if k != "round"}
+            run["seconds"], run["diverged"] = float(got["seconds"]), int(got["diverged"])
             out["runs"][(P, m)] = run
-            out["round"] = np.asarray(res.metrics["events"]) / P
+            out["round"] = np.asarray(got["round"])
             if progress:
-                print(f"  deahes P={P} {m:9s} final loss (τ = 1, 2, 4) "
-                      f"{', '.join(f'{v:.3f}' for v in run['loss'][:, :, -1].mean(1))}; {run['seconds']:.0f} s", flush=True)
+                how = "stored part reused" if reused else f"{run['seconds']:.0f} s"
+                print(f"  deahes [{done}/{total}] P={P} {m:9s} final loss (τ = {', '.join(map(str, PERIODS))}) "
+                      f"{', '.join(f'{v:.3f}' for v in run['loss'][:, :, -1].mean(1))}; {how}", flush=True)
     return out
+
+
+_SEMANTICS = {"suppressed": "a cut-off worker trains on without the exchange",
+              "stale": "a failed worker makes no progress and its first exchange after recovery carries its "
+                       "old parameters"}
 
 
 def _final(run: dict, key: str) -> np.ndarray:
@@ -137,7 +186,8 @@ def findings(data: dict) -> str:
     R = data["runs"]
     lines = [f"DEAHES-O Figures 4–5 ({data['preset']} preset): {data['dataset']}, {data['train_size']} training / "
              f"{data['test_size']} test images, {data['rounds']} communication rounds, {data['seeds']} seeds, "
-             f"exchanges lost with probability 1/3 (suppressed).",
+             f"exchanges lost with probability 1/3 ({data.get('semantics', 'suppressed')} semantics: "
+             + _SEMANTICS[data.get("semantics", "suppressed")] + ").",
              "Final master training loss and test accuracy (mean ± std over seeds):",
              f"{'P':>2s} {'τ':>2s} " + " ".join(f"{m:>17s}" for m in METHODS)]
     for P in data["workers"]:
@@ -164,10 +214,12 @@ def findings(data: dict) -> str:
     lines.append("- DEAHES-O beats EASGD, EAMSGD, EAHES and EAHES-O: "
                  + count(lambda P, t: loss[P, t, "DEAHES-O"] < min(loss[P, t, m] for m in ("EASGD", "EAMSGD", "EAHES", "EAHES-O"))) + ".")
     d = [loss[P, t, "DEAHES-O"] for P, t in configs]
+    p0, p1, t1 = data["workers"][0], data["workers"][-1], len(data["periods"]) - 1
     lines.append(f"- More workers or a longer period do not visibly hurt: DEAHES-O's final loss ranges over "
-                 f"{min(d):.4f}–{max(d):.4f} across the six settings (P = 4 → 8 at τ = 1: "
-                 f"{loss[4, 0, 'DEAHES-O']:.4f} → {loss[8, 0, 'DEAHES-O']:.4f}; τ = 1 → 4 at P = 4: "
-                 f"{loss[4, 0, 'DEAHES-O']:.4f} → {loss[4, len(data['periods']) - 1, 'DEAHES-O']:.4f}).")
+                 f"{min(d):.4f}–{max(d):.4f} across the {len(configs)} settings (P = {p0} → {p1} at "
+                 f"τ = {data['periods'][0]}: {loss[p0, 0, 'DEAHES-O']:.4f} → {loss[p1, 0, 'DEAHES-O']:.4f}; "
+                 f"τ = {data['periods'][0]} → {data['periods'][t1]} at P = {p0}: "
+                 f"{loss[p0, 0, 'DEAHES-O']:.4f} → {loss[p0, t1, 'DEAHES-O']:.4f}).")
     lines.append("The detector (ROC AUC of −a for \"this exchange follows a failure\", mean over seeds; "
                  f"a0 = {KAPPA:g} × the spread of a without failures):")
     for P in data["workers"]:
@@ -207,13 +259,57 @@ def plot(data: dict, path: str) -> None:
                 ax.set_yscale("log")
             ax.grid(alpha=0.3)
     axes[0, 0].legend(fontsize=7)
-    fig.suptitle(f"Elastic averaging with exchanges lost w.p. 1/3: {data['dataset']} ({data['preset']} preset, "
+    fig.suptitle(f"Elastic averaging with exchanges lost w.p. 1/3 ({data.get('semantics', 'suppressed')}): {data['dataset']} ({data['preset']} preset, "
                  f"mean ± std over {data['seeds']} seeds)", fontsize=10)
     save_figure(fig, path)
 
 
-def write(out_dir: str, *, quick: bool = False, preset: Optional[str] = None) -> str:
-    data = compute(quick=quick, preset=preset)
+_META = ("preset", "dataset", "rounds", "seeds", "train_size", "test_size", "semantics")
+
+
+def save_data(path: str, data: dict) -> None:
+    """Every curve of every seed, the detector scores and a0, as a plain .npz (no pickles)."""
+    flat = {"round": np.asarray(data["round"]), "periods": np.asarray(data["periods"]),
+            "workers": np.asarray(data["workers"])}
+    flat.update({f"meta_{k}": np.asarray(data[k]) for k in _META})
+    for P in data["workers"]:
+        flat[f"a0_P{P}"], flat[f"a0_seconds_P{P}"] = np.asarray(data[f"a0_P{P}"]), np.asarray(data[f"a0_seconds_P{P}"])
+        for m in METHODS:
+            for k, v in data["runs"][(P, m)].items():
+                flat[f"run_P{P}_{m}_{k}"] = np.asarray(v)
+    np.savez_compressed(path, **flat)
+
+
+def load_data(path: str) -> dict:
+    """The inverse of :func:`save_data`."""
+    with np.load(path, allow_pickle=False) as z:
+        data = {k: z[f"meta_{k}"].item() for k in _META}
+        data.update(round=z["round"], periods=z["periods"].tolist(), workers=z["workers"].tolist(), runs={})
+        for P in data["workers"]:
+            data[f"a0_P{P}"], data[f"a0_seconds_P{P}"] = z[f"a0_P{P}"], float(z[f"a0_seconds_P{P}"])
+            for m in METHODS:
+                pre = f"run_P{P}_{m}_"
+                run = {k[len(pre):]: z[k] for k in z.files if k.startswith(pre)}
+                run["seconds"], run["diverged"] = float(run["seconds"]), int(run["diverged"])
+                data["runs"][(P, m)] = run
+    return data
+
+
+def write(out_dir: str, *, quick: bool = False, preset: Optional[str] = None, data: Optional[dict] = None) -> str:
+    """Run (or, given ``data`` from :func:`load_data`, only redraw) and write the outputs: PNG, CSV
+    of the seed means, findings text and the ``.npz`` of every curve."""
+    fresh = data is None
+    stem = "deahes"
+    if fresh:
+        name = preset or ("quick" if quick else "full")
+        # Finished parts are kept under the output folder (ignored by git) until the figure is written.
+        parts_dir = os.path.join(out_dir, ".parts", f"deahes_{name}")
+        data = compute(quick=quick, preset=preset, parts_dir=parts_dir)
+    if data.get("semantics", "suppressed") != "suppressed":
+        stem = f"deahes_{data['semantics']}"
+    if fresh:
+        os.makedirs(out_dir, exist_ok=True)
+        save_data(os.path.join(out_dir, f"{stem}.npz"), data)
     rows = []
     for j, r in enumerate(data["round"]):
         row = {"round": float(r)}
@@ -224,4 +320,7 @@ def write(out_dir: str, *, quick: bool = False, preset: Optional[str] = None) ->
                     row[f"P{P} tau{tau} {m} loss"] = float(run["loss"][t, :, j].mean())
                     row[f"P{P} tau{tau} {m} accuracy"] = float(run["accuracy"][t, :, j].mean())
         rows.append(row)
-    return write_outputs(out_dir, "deahes", data, plot, rows, findings(data))
+    path = write_outputs(out_dir, stem, data, plot, rows, findings(data))
+    if fresh:  # everything is written; the parts were only there to resume a stopped run
+        _parts.remove(parts_dir)
+    return path

@@ -152,3 +152,93 @@ def test_r5_parts_equal_one_sweep_and_a_stopped_run_resumes(tmp_path, monkeypatc
     third = r5_mnist.compute(preset="tiny", parts_dir=str(parts), progress=False)
     assert calls == [1]
     np.testing.assert_array_equal(third["methods"]["Ringleader ASGD"]["loss"], data["methods"]["Ringleader ASGD"]["loss"])
+
+
+def test_deahes_parts_resume_and_redraw(tmp_path, monkeypatch, capsys):
+    """DEAHES-O on a tiny configuration: a (P, method) part equals a direct sweep bit for bit, a
+    rerun reuses every stored part (no sweep is called), writing deletes the parts, and `--redraw`
+    rebuilds the same figure text from the stored .npz. (Recomputing a part whose key differs is
+    tested once for every figure in test_parts_store_reuse_and_recompute.)"""
+    import jax
+
+    import sim
+    from algos import elastic as ea
+    from paper_figures import deahes
+    from sim import schedules
+    from sim.models import cnn_classifier
+
+    monkeypatch.setitem(deahes.PRESETS, "tiny", dict(data="digits", rounds=3, seeds=2, train_size=192,
+                                                     eval_size=96, test_size=96))
+    monkeypatch.setattr(deahes, "WORKERS", (2,))
+    monkeypatch.setattr(deahes, "PERIODS", (1, 2))
+    parts = tmp_path / "parts"
+    data = deahes.compute(preset="tiny", parts_dir=str(parts), progress=False)
+    assert sorted(f.name for f in parts.iterdir()) == sorted(
+        f"P2_{m}.npz" for m in ("calibration",) + deahes.METHODS)
+
+    # an independent run of one part: EAMSGD on the disjoint split, failures drawn as the figure does
+    _, Xtr, ytr, Xte, yte = deahes._dataset(deahes.PRESETS["tiny"], None)
+    prob = cnn_classifier(Xtr, ytr, Xte, yte, num_workers=2, split="iid", batch_size=deahes.BATCH, eval_size=96,
+                          dtype=np.float32)
+    failing = schedules.with_failures(schedules.fixed_computation(np.ones(2), num_events=6),
+                                      probability=deahes.FAILURE_P, seed=2)
+    direct = sim.sweep(ea.eamsgd(learning_rate=deahes.LR, momentum=deahes.MOMENTUM, alpha=deahes.ALPHA), prob, failing,
+                       keys=jax.random.split(jax.random.key(0), 2), hparams={"period": np.asarray([1, 2], np.int32)},
+                       log_every=2, runs="map")
+    np.testing.assert_array_equal(data["runs"][(2, "EAMSGD")]["loss"], np.asarray(direct.metrics["loss"]))
+    assert np.all(np.isfinite(data["runs"][(2, "DEAHES-O")]["auc"]) | (data["runs"][(2, "DEAHES-O")]["positives"] == 0))
+
+    calls = []
+    real_sweep = sim.sweep
+    monkeypatch.setattr(sim, "sweep", lambda *a, **kw: calls.append(1) or real_sweep(*a, **kw))
+    again = deahes.compute(preset="tiny", parts_dir=str(parts), progress=False)
+    assert calls == []
+    assert deahes.findings(again) == deahes.findings(data)
+
+
+    # write (computes from the stored parts, then deletes them), then redraw from the .npz
+    out = tmp_path / "out"
+    (out / ".parts").mkdir(parents=True)
+    parts.rename(out / ".parts" / "deahes_tiny")
+    deahes.write(str(out), preset="tiny")
+    assert not (out / ".parts").exists()
+    text = (out / "deahes.txt").read_text()
+    assert "does NOT hold" in text or "holds" in text
+    (out / "deahes.txt").unlink()
+    assert cli.main(["figure", "deahes", "--redraw", str(out / "deahes.npz"), "--out", str(out)]) == 0
+    assert (out / "deahes.txt").read_text() == text
+    capsys.readouterr()
+    assert cli.main(["figure", "deahes", "--redraw", str(out / "missing.npz"), "--out", str(out)]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert cli.main(["figure", "r2", "--redraw", str(out / "deahes.npz"), "--out", str(out)]) == 2
+    assert "r2 stores no data" in capsys.readouterr().err
+    assert cli.main(["figure", "r5", "--redraw", str(out / "deahes.npz"), "--out", str(out)]) == 2
+    assert "not a r5 data file" in capsys.readouterr().err
+
+
+def test_parts_store_reuse_and_recompute(tmp_path):
+    """paper_figures._parts: a part is computed once and stored; the same key reuses it; another key
+    recomputes and replaces it; no temporary file is left; without a folder nothing is stored."""
+    from paper_figures import _parts
+
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return {"x": np.arange(3.0) * len(calls)}
+
+    key = _parts.make_key(code="abc", cfg={"n": 1})
+    a, reused = _parts.load_or_compute(str(tmp_path), "p", key, compute)
+    assert not reused and calls == [1] and float(a["seconds"]) >= 0
+    b, reused = _parts.load_or_compute(str(tmp_path), "p", key, compute)
+    assert reused and calls == [1]
+    np.testing.assert_array_equal(b["x"], a["x"])
+    assert float(b["seconds"]) == float(a["seconds"])
+    c, reused = _parts.load_or_compute(str(tmp_path), "p", _parts.make_key(code="abc", cfg={"n": 2}), compute)
+    assert not reused and calls == [1, 1]
+    np.testing.assert_array_equal(c["x"], 2 * np.arange(3.0))
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["p.npz"]
+    _, reused = _parts.load_or_compute(None, "p", key, compute)
+    assert not reused and calls == [1, 1, 1]
+    assert _parts.make_key(b=1, a=2) == _parts.make_key(a=2, b=1)
+    _parts.remove(str(tmp_path / "p_dir_that_does_not_exist"))
