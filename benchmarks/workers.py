@@ -2,7 +2,7 @@
 and with AdaHessian (one Hutchinson probe), this project against a plain PyTorch loop over the
 workers, in one process. Prints worker-steps per second and, last, the ratios (ours / PyTorch).
 
-    python -m benchmarks.workers [--reps 10] [--data PATH]
+    python -m benchmarks.workers [--reps 10] [--data PATH] [--torch-path SITE_PACKAGES]
 
 Ours: the elastic-averaging local step (``algos.elastic``) for one worker, batched over the 8
 workers with ``jax.vmap`` and with ``jax.lax.map`` (each worker has its own parameters, so the
@@ -66,7 +66,9 @@ def ours(problem, reps: int) -> dict:
     return out
 
 
-def torch_loop(images: np.ndarray, labels: np.ndarray, reps: int) -> dict | None:
+def torch_loop(images: np.ndarray, labels: np.ndarray, reps: int, torch_path: str | None = None) -> dict | None:
+    if torch_path is not None:  # a PyTorch installed elsewhere (another venv's site-packages), searched last
+        sys.path.append(torch_path)
     try:
         import torch
     except ImportError:
@@ -140,7 +142,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--data", default=None, help="MNIST-format data (default: the usual places)")
+    ap.add_argument("--torch-path", default=None,
+                    help="site-packages folder of a PyTorch to compare against (default: this environment's, "
+                         "else Debian's python3-torch)")
     args = ap.parse_args(argv)
+    if args.torch_path is not None and not os.path.isdir(os.path.join(args.torch_path, "torch")):
+        ap.error(f"--torch-path {args.torch_path!r}: no torch package there (expected a site-packages folder)")
     ds = load_mnist_format(args.data)
     n = 8000
     problem = cnn_classifier(ds.x_train[:n], ds.y_train[:n], ds.x_test[:500], ds.y_test[:500], num_workers=WORKERS,
@@ -148,7 +155,7 @@ def main(argv=None) -> int:
     print(f"{WORKERS} workers × CNN on {ds.name} {ds.x_train.shape[1:]}, batch {BATCH}; jax {jax.__version__}, "
           f"{jax.devices()[0].platform}", flush=True)
     mine = ours(problem, args.reps)
-    ref = torch_loop(ds.x_train[:n], ds.y_train[:n], args.reps)
+    ref = torch_loop(ds.x_train[:n], ds.y_train[:n], args.reps, args.torch_path)
     if ref is None:
         print("  PyTorch not installed (Debian: python3-torch): no ratio")
         return 0

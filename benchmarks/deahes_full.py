@@ -1,0 +1,88 @@
+"""How long `delaylab figure deahes` (full preset: MNIST-format 28×28, 150 rounds, 3 seeds) takes on
+this machine, from short runs of the full configuration.
+
+    python -m benchmarks.deahes_full [--rounds 1 3] [--workers 4 8] [--data PATH]
+
+Every part of the figure (for each P: the a0 calibration and the six methods) is one compiled
+sweep over τ ∈ {1, 2, 4} × seeds, and its cost is a compile plus a cost per communication round
+that is the same for every round: P jobs of τ local steps each (equal durations), and one
+evaluation of the master (``eval_size`` training and all test images). So each part is timed here
+at the full preset's data, model, batch and evaluation sizes with one seed and two round counts
+r1 < r2, and
+
+    seconds(150 rounds, 3 seeds) ≈ T(r1) + (150 · 3 − r1) · (T(r2) − T(r1)) / (r2 − r1)
+
+(one seed's runs go one after another, ``runs="map"``, so the per-round cost grows linearly in the
+number of seeds). The calibration is the EAHES-O program on the failure-free schedule, timed as
+such. Prints each part's compile-and-overhead, seconds per round, and the estimate, then the total.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import jax
+import numpy as np
+
+import sim
+from paper_figures import deahes
+from sim import schedules
+from sim.models import cnn_classifier
+
+
+def _timed(alg, problem, schedule, hp, P) -> float:
+    t = time.perf_counter()
+    res = sim.sweep(alg, problem, schedule, keys=jax.random.split(jax.random.key(0), 1), hparams=hp, log_every=P,
+                    runs="map")
+    jax.block_until_ready(res.metrics["loss"])
+    return time.perf_counter() - t
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, nargs=2, default=(1, 3), metavar=("R1", "R2"))
+    ap.add_argument("--workers", type=int, nargs="+", default=list(deahes.WORKERS))
+    ap.add_argument("--data", default=None, help="MNIST-format data (default: the usual places)")
+    args = ap.parse_args(argv)
+    r1, r2 = args.rounds
+    if not 0 < r1 < r2:
+        ap.error(f"--rounds needs 0 < R1 < R2; got {r1} {r2}")
+    cfg = dict(deahes.PRESETS["full"])
+    jax.config.update("jax_enable_x64", True)  # as `delaylab figure` runs it
+    name, Xtr, ytr, Xte, yte = deahes._dataset(cfg, args.data)
+    full_rounds, seeds = cfg["rounds"], cfg["seeds"]
+    periods = np.asarray(deahes.PERIODS, np.int32)
+    print(f"deahes full preset on {name}: {len(ytr)} training / {len(yte)} test images, eval_size {cfg['eval_size']}, "
+          f"{full_rounds} rounds × {seeds} seeds; timed at {r1} and {r2} rounds, 1 seed; jax {jax.__version__}, "
+          f"{jax.devices()[0].platform}", flush=True)
+    total = 0.0
+    for P in args.workers:
+        problems = {split: cnn_classifier(Xtr, ytr, Xte, yte, num_workers=P, split=split,
+                                          overlap=(1.0 / P if split == "overlap" else 0.0), batch_size=deahes.BATCH,
+                                          eval_size=cfg["eval_size"], dtype=np.float32)
+                    for split in ("iid", "overlap")}
+        algs = deahes._algorithms(trace=P * full_rounds)
+        parts = [("calibration",) + algs["EAHES-O"] + (False,)] + [(m,) + v + (True,) for m, v in algs.items()]
+        for label, alg, split, failing in parts:
+            hp = {"period": periods}
+            if label == "DEAHES-O":
+                hp["a0"] = np.ones(len(periods), np.float32)
+            t = []
+            for r in (r1, r2):
+                sched = schedules.fixed_computation(np.ones(P), num_events=P * r)
+                if failing:
+                    sched = schedules.with_failures(sched, probability=deahes.FAILURE_P, seed=P)
+                t.append(_timed(alg, problems[split], sched, hp, P))
+            per_round = max(t[1] - t[0], 0.0) / (r2 - r1)
+            est = t[0] + (full_rounds * seeds - r1) * per_round
+            total += est
+            print(f"  P={P} {label:11s} {r1} round(s) {t[0]:7.1f} s, {r2} rounds {t[1]:7.1f} s → "
+                  f"{per_round:6.2f} s per round and seed → {est / 3600:5.2f} h for the full part", flush=True)
+    print(f"estimated full preset on this machine: {total / 3600:.1f} h ({total:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
