@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench bench-workers torch data clean
+.PHONY: demo test bench bench-workers bench-workers-current torch torch-current data clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -33,5 +33,15 @@ torch:
 bench-workers: $(STAMP) torch data
 	$(BIN)/python -m benchmarks.workers
 
+# Optional: a current PyTorch from PyPI in its own venv (about 5 GB: PyPI's Linux wheel is the CUDA
+# build, whose CPU kernels are the same oneDNN/MKL ones), compared against with --torch-path.
+TORCH_VENV := .torchvenv
+torch-current:
+	test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/python -m pip install --quiet torch
+
+bench-workers-current: $(STAMP) torch-current data
+	$(BIN)/python -m benchmarks.workers --torch-path $$($(TORCH_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+
 clean:
-	rm -rf $(VENV) out
+	rm -rf $(VENV) $(TORCH_VENV) out
