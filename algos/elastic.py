@@ -127,6 +127,12 @@ class WorkerState(NamedTuple):
     failed_last: jax.Array  # bool [], the worker's previous arrival was lost (a failed exchange or a crash)
 
 
+def _worker_start(local: Local, params, history: int) -> WorkerState:
+    """A worker before its first exchange: the model, a fresh optimiser state, no u recorded."""
+    return WorkerState(params, local.opt.init(params), params, jnp.zeros((history,), _float_dtype(params)),
+                       jnp.zeros((), jnp.int32), jnp.zeros((), bool))
+
+
 class EAState(NamedTuple):
     master: Params
     attempts: jax.Array  # int32 [], exchange attempts so far (the trace's write position)
@@ -224,8 +230,7 @@ def elastic_averaging(local: Local, *, alpha: float = 0.1, period: int = 1, exch
 
     def point_init(hparams, params):
         del hparams
-        return WorkerState(params, local.opt.init(params), params, jnp.zeros((p,), _float_dtype(params)),
-                           jnp.zeros((), jnp.int32), jnp.zeros((), bool))
+        return _worker_start(local, params, p)
 
     def work(hparams, point, oracle, key):
         end = _local_steps(local)(hparams, point, oracle, key)
@@ -379,8 +384,7 @@ def sync_easgd(*, learning_rate: float = 0.01, alpha: float = 0.1, period: int =
 
     def point_init(hparams, params):
         del hparams
-        return WorkerState(params, local.opt.init(params), params, jnp.zeros((1,), jnp.float32),
-                           jnp.zeros((), jnp.int32), jnp.zeros((), bool))
+        return _worker_start(local, params, 1)  # u is not used by the synchronous rule
 
     def apply_round(hparams, master, messages: WorkerState, events: Event, mask):
         ok = mask & events.delivered

@@ -20,7 +20,6 @@ CPU), and F is the mean of the workers' shard losses over that subset.
 from __future__ import annotations
 
 import os
-import time
 from typing import Optional
 
 import jax
@@ -28,9 +27,10 @@ import numpy as np
 
 import algos
 import sim
+from paper_figures import _parts
 from paper_figures._output import save_figure, write_outputs
 from sim import schedules
-from sim.data import load_mnist_format
+from sim.data import load_mnist_format, stratified_subset
 from sim.models import mlp_classifier
 
 # Step-size grids per method; the middle value is the best of a probe (horizon 1500, 2 seeds, tail
@@ -64,17 +64,6 @@ ALPHA = 0.1
 BATCH = 4
 
 
-def _subset(y: np.ndarray, size: int, seed: int = 0) -> np.ndarray:
-    """A class-stratified random subset of ``size`` indices (the same classes' proportions)."""
-    rng = np.random.default_rng(seed)
-    size = min(size, len(y))
-    out = []
-    for c in np.unique(y):
-        idx = np.flatnonzero(y == c)
-        out.append(rng.choice(idx, size=int(round(size * len(idx) / len(y))), replace=False))
-    return np.sort(np.concatenate(out))
-
-
 def _methods(n: int, taus: np.ndarray) -> dict:
     return {
         "vanilla ASGD": lambda g: algos.asgd(stepsize=g),
@@ -90,7 +79,7 @@ def build(*, train_size: int, horizon: float, seed: int = 0, data_path: Optional
     """The problem, the schedule and the data set's name. ``timing``: "random" (τ_i + |N(0, i)|
     per job) or "fixed" (exactly τ_i = i)."""
     ds = load_mnist_format(data_path)
-    keep = _subset(ds.y_train, train_size, seed)
+    keep = stratified_subset(ds.y_train, train_size, seed=seed)
     problem = mlp_classifier(ds.x_train[keep], ds.y_train[keep], num_workers=N_WORKERS, split="dirichlet",
                              alpha=ALPHA, hidden=128, batch_size=BATCH, seed=seed, dtype=np.float32)
     i = np.arange(1.0, N_WORKERS + 1)
@@ -105,55 +94,19 @@ def build(*, train_size: int, horizon: float, seed: int = 0, data_path: Optional
     return problem, schedule, ds.name
 
 
-def _code_hash() -> str:
-    """A hash of the sources a part's numbers depend on (algos/, sim/, this module)."""
-    import hashlib
+def _run_part(make, stepsize, problem, schedule, keys, log_every, parts_dir, name, key):
+    """One step size of one method over all seeds (one compiled :func:`sim.sweep`), stored as the
+    part ``name`` in ``parts_dir`` (:mod:`paper_figures._parts`)."""
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    h = hashlib.sha256()
-    files = [os.path.abspath(__file__)]
-    for sub in ("algos", "sim"):
-        for dirpath, _, names in sorted(os.walk(os.path.join(root, sub))):
-            files += [os.path.join(dirpath, f) for f in sorted(names) if f.endswith(".py")]
-    for f in files:
-        with open(f, "rb") as fh:
-            h.update(fh.read())
-    return h.hexdigest()[:16]
+    def run():
+        res = sim.sweep(make(float(stepsize)), problem, schedule, keys=keys,
+                        hparams={"stepsize": np.asarray([stepsize], np.float32)}, log_every=log_every)
+        return {"loss": np.asarray(res.metrics["loss"], np.float64)[0],
+                "grad_sq": np.asarray(res.metrics["grad_norm"], np.float64)[0] ** 2,
+                "diverged_at": np.asarray(res.diverged_at)[0], "time": np.asarray(res.metrics["time"], np.float64)}
 
-
-def _part_key(code: str, cfg: dict, dataset: str, schedule, name: str, stepsize: float) -> str:
-    """What a stored part was computed from; a part whose key differs is recomputed. ``code`` is
-    :func:`_code_hash` taken once when the run starts (the code the process loaded), not when the
-    part is saved."""
-    import json
-
-    return json.dumps({"code": code, "cfg": cfg, "dataset": dataset, "events": int(schedule.num_events),
-                       "end_time": round(float(schedule.end_time), 9), "method": name,
-                       "stepsize": float(np.float32(stepsize))}, sort_keys=True)
-
-
-def _run_part(make, stepsize, problem, schedule, keys, log_every, path, key):
-    """One step size of one method over all seeds (one compiled :func:`sim.sweep`), stored at
-    ``path`` (written to a temporary name and renamed, so a stopped run leaves no half file)."""
-    if path is not None and os.path.exists(path):
-        with np.load(path, allow_pickle=False) as z:
-            if str(z["key"]) == key:
-                return {k: z[k] for k in ("loss", "grad_sq", "diverged_at", "time")} | {
-                    "seconds": float(z["seconds"]), "resumed": True}
-    grid = np.asarray([stepsize], np.float32)
-    t0 = time.perf_counter()
-    res = sim.sweep(make(float(stepsize)), problem, schedule, keys=keys, hparams={"stepsize": grid},
-                    log_every=log_every)
-    part = {"loss": np.asarray(res.metrics["loss"], np.float64)[0],
-            "grad_sq": np.asarray(res.metrics["grad_norm"], np.float64)[0] ** 2,
-            "diverged_at": np.asarray(res.diverged_at)[0], "time": np.asarray(res.metrics["time"], np.float64)}
-    part["seconds"] = time.perf_counter() - t0
-    if path is not None:
-        tmp = path + ".tmp.npz"
-        np.savez_compressed(tmp, key=np.asarray(key), seconds=np.asarray(part["seconds"]),
-                            **{k: part[k] for k in ("loss", "grad_sq", "diverged_at", "time")})
-        os.replace(tmp, path)
-    return part | {"resumed": False}
+    part, reused = _parts.load_or_compute(parts_dir, name, key, run)
+    return part | {"seconds": float(part["seconds"]), "resumed": reused}
 
 
 def compute(*, quick: bool = False, preset: Optional[str] = None, data_path: Optional[str] = None,
@@ -172,12 +125,9 @@ def compute(*, quick: bool = False, preset: Optional[str] = None, data_path: Opt
            "timing": cfg.get("timing", "random"),
            "events": schedule.num_events, "end_time": schedule.end_time, "seeds": cfg["seeds"],
            "train_size": int(problem.data["y"].size), "methods": {}}
-    code = _code_hash()
-    if parts_dir is not None:
-        os.makedirs(parts_dir, exist_ok=True)
-        if progress and any(f.endswith(".npz") for f in os.listdir(parts_dir)):
-            print(f"  r5: resuming; finished parts of an earlier stopped run are in {parts_dir} "
-                  "(a part whose configuration or code differs is recomputed)", flush=True)
+    code = _parts.code_hash(__file__)  # once, at the start: the code this process loaded
+    if progress:
+        _parts.announce_resume(parts_dir, "r5")
     methods = _methods(N_WORKERS, schedule.mean_durations)
     total = sum(len(cfg["grid"]) for _ in methods)
     done = 0
@@ -185,9 +135,9 @@ def compute(*, quick: bool = False, preset: Optional[str] = None, data_path: Opt
         grid = np.asarray([GRIDS[name][k] for k in cfg["grid"]], np.float32)
         parts = []
         for k, g in enumerate(grid):
-            path = None if parts_dir is None else os.path.join(parts_dir, f"m{mi}_g{k}.npz")
-            part = _run_part(make, g, problem, schedule, keys, log_every, path,
-                             _part_key(code, cfg, dataset, schedule, name, g))
+            key = _parts.make_key(code=code, cfg=cfg, dataset=dataset, events=int(schedule.num_events),
+                                  end_time=round(float(schedule.end_time), 9), method=name, stepsize=float(g))
+            part = _run_part(make, g, problem, schedule, keys, log_every, parts_dir, f"m{mi}_g{k}", key)
             parts.append(part)
             done += 1
             if progress:
@@ -329,9 +279,5 @@ def write(out_dir: str, *, quick: bool = False, preset: Optional[str] = None, da
         rows.append(row)
     path = write_outputs(out_dir, stem, data, plot, rows, findings(data))
     if fresh:  # everything is written; the parts were only there to resume a stopped run
-        import shutil
-
-        shutil.rmtree(parts_dir, ignore_errors=True)
-        if not os.listdir(os.path.dirname(parts_dir)):
-            os.rmdir(os.path.dirname(parts_dir))
+        _parts.remove(parts_dir)
     return path

@@ -157,6 +157,24 @@ def load_mnist_format(path: Optional[str] = None, *, fallback: bool = True,
 # --- splits -----------------------------------------------------------------------------------
 
 
+def stratified_subset(labels, size: Optional[int], *, seed: int = 0) -> np.ndarray:
+    """Sorted indices of a class-stratified random subset of exactly ``size`` examples (all of them
+    when ``size`` is None or not smaller): each class gets its share size·n_c/N, rounded by largest
+    remainders, drawn without replacement in class order from one generator seeded by ``seed``."""
+    y = np.asarray(labels)
+    if size is None or size >= len(y):
+        return np.arange(len(y))
+    if int(size) != size or size < 1:
+        raise ValueError(f"size must be a positive integer or None; got {size!r}")
+    rng = np.random.default_rng(seed)
+    classes, counts = np.unique(y, return_counts=True)
+    quota = size * counts / len(y)
+    take = np.floor(quota).astype(int)
+    take[np.argsort(take - quota)[: int(size) - take.sum()]] += 1  # largest remainders: exactly `size`
+    out = [rng.choice(np.flatnonzero(y == c), size=k, replace=False) for c, k in zip(classes, take)]
+    return np.sort(np.concatenate(out))
+
+
 def _check_split(labels: np.ndarray, num_workers: int) -> int:
     if isinstance(num_workers, bool) or int(num_workers) != num_workers or num_workers < 1:
         raise ValueError(f"num_workers must be a positive integer; got {num_workers!r}")

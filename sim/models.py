@@ -38,18 +38,30 @@ def _loss(module: MLP, params, X, y):
 
 
 @dataclasses.dataclass(frozen=True)
-class _MLPValueAndGrad:
-    module: MLP
+class _BatchLoss:
+    """Worker ``worker``'s minibatch loss: ``(data, params, worker, key) -> scalar``."""
+
+    module: nn.Module
     batch_size: Optional[int]
 
     def __call__(self, data, params, worker, key):
         X, y = worker_batch(data, "X", "y", worker, key, self.batch_size)
-        return jax.value_and_grad(lambda p: _loss(self.module, p, X, y))(params)
+        return _loss(self.module, params, X, y)
 
 
 @dataclasses.dataclass(frozen=True)
-class _MLPLocalObjectives:
-    module: MLP
+class _ValueAndGradOf:
+    loss: _BatchLoss
+
+    def __call__(self, data, params, worker, key):
+        return jax.value_and_grad(lambda p: self.loss(data, p, worker, key))(params)
+
+
+@dataclasses.dataclass(frozen=True)
+class _ShardLosses:
+    """Each worker's loss over its whole shard: ``(data, params) -> [n]``."""
+
+    module: nn.Module
 
     def __call__(self, data, params):
         return jax.lax.map(lambda xy: _loss(self.module, params, *xy), (data["X"], data["y"]))
@@ -84,11 +96,11 @@ def mlp_classifier(images, labels, *, num_workers: int, split: str = "dirichlet"
     dt = jnp.dtype(dtype) if dtype is not None else jnp.asarray(0.0).dtype
     params = module.init(jax.random.key(seed), jnp.zeros((1,) + X.shape[1:], dt))["params"]
     params = jax.tree.map(lambda p: p.astype(dt), params)
+    loss = _BatchLoss(module, None if batch_size is None else int(batch_size))
     return Problem(
         name=f"mlp({X.shape[1:]}→{hidden}→{classes}, n={num_workers}, {split}, batch={batch_size})",
         num_workers=int(num_workers),
-        fns=ProblemFns(_MLPValueAndGrad(module, None if batch_size is None else int(batch_size)),
-                       _MLPLocalObjectives(module)),
+        fns=ProblemFns(_ValueAndGradOf(loss), _ShardLosses(module), loss=loss),
         data={"X": jnp.asarray(X[idx], dt), "y": jnp.asarray(y[idx])},
         x0=params,
     )
@@ -180,26 +192,6 @@ class CNN(nn.Module):
 
 
 @dataclasses.dataclass(frozen=True)
-class _BatchLoss:
-    """Worker ``worker``'s minibatch loss: ``(data, params, worker, key) -> scalar``."""
-
-    module: nn.Module
-    batch_size: Optional[int]
-
-    def __call__(self, data, params, worker, key):
-        X, y = worker_batch(data, "X", "y", worker, key, self.batch_size)
-        return _loss(self.module, params, X, y)
-
-
-@dataclasses.dataclass(frozen=True)
-class _ValueAndGradOf:
-    loss: _BatchLoss
-
-    def __call__(self, data, params, worker, key):
-        return jax.value_and_grad(lambda p: self.loss(data, p, worker, key))(params)
-
-
-@dataclasses.dataclass(frozen=True)
 class _EvalLoss:
     """F: the loss over the training examples held in ``data['X_eval']`` (each example once)."""
 
@@ -216,18 +208,6 @@ class _TestAccuracy:
     def __call__(self, data, params):
         logits = self.module.apply({"params": params}, data["X_test"])
         return {"test_accuracy": jnp.mean((jnp.argmax(logits, -1) == data["y_test"]).astype(logits.dtype))}
-
-
-def _stratified(y: np.ndarray, size: Optional[int], seed: int) -> np.ndarray:
-    if size is None or size >= len(y):
-        return np.arange(len(y))
-    rng = np.random.default_rng(seed)
-    classes, counts = np.unique(y, return_counts=True)
-    quota = size * counts / len(y)
-    take = np.floor(quota).astype(int)
-    take[np.argsort(take - quota)[: size - take.sum()]] += 1  # largest remainders: exactly `size`
-    out = [rng.choice(np.flatnonzero(y == c), size=k, replace=False) for c, k in zip(classes, take)]
-    return np.sort(np.concatenate(out))
 
 
 def cnn_classifier(images, labels, test_images, test_labels, *, num_workers: int, split: str = "iid",
@@ -268,13 +248,13 @@ def cnn_classifier(images, labels, test_images, test_labels, *, num_workers: int
     dt = jnp.dtype(dtype) if dtype is not None else jnp.asarray(0.0).dtype
     params = module.init(jax.random.key(seed), jnp.zeros((1,) + X.shape[1:], dt))["params"]
     params = jax.tree.map(lambda p: p.astype(dt), params)
-    ev = _stratified(y, eval_size, seed)
+    ev = data_lib.stratified_subset(y, eval_size, seed=seed)
     loss = _BatchLoss(module, None if batch_size is None else int(batch_size))
     return Problem(
         name=f"cnn({X.shape[1:]}, {channels}, head {hidden}, n={num_workers}, {split}"
              f"{f' r={overlap:g}' if split == 'overlap' else ''}, batch={batch_size})",
         num_workers=int(num_workers),
-        fns=ProblemFns(_ValueAndGradOf(loss), _MLPLocalObjectives(module), loss=loss,
+        fns=ProblemFns(_ValueAndGradOf(loss), _ShardLosses(module), loss=loss,
                        global_objective=_EvalLoss(module), metrics=_TestAccuracy(module)),
         data={"X": jnp.asarray(X[idx], dt), "y": jnp.asarray(y[idx]), "X_eval": jnp.asarray(X[ev], dt),
               "y_eval": jnp.asarray(y[ev]), "X_test": jnp.asarray(Xt, dt), "y_test": jnp.asarray(yt)},

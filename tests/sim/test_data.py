@@ -116,3 +116,23 @@ def test_overlap_split():
     np.testing.assert_array_equal(data.split_overlap(y, 4, 0.0, seed=5), data.split_iid(y, 4, seed=5))  # r = 0
     with pytest.raises(ValueError, match="overlap ratio must be in"):
         data.split_overlap(y, 4, 1.0)
+
+
+def test_stratified_subset():
+    """Exactly `size` distinct sorted indices; every class within one of its share size·n_c/N; on
+    balanced labels each class gets its share exactly; None or too large: everything."""
+    rng = np.random.default_rng(3)
+    y = rng.choice(4, size=1000, p=[0.1, 0.2, 0.3, 0.4])
+    for size in (1, 7, 250, 999):
+        idx = data.stratified_subset(y, size, seed=1)
+        assert idx.size == size and np.all(np.diff(idx) > 0)
+        share = size * np.bincount(y, minlength=4) / y.size
+        assert np.all(np.abs(np.bincount(y[idx], minlength=4) - share) < 1.0)
+    np.testing.assert_array_equal(data.stratified_subset(y, 250, seed=1), data.stratified_subset(y, 250, seed=1))
+    assert not np.array_equal(data.stratified_subset(y, 250, seed=1), data.stratified_subset(y, 250, seed=2))
+    balanced = np.repeat(np.arange(10), 60)
+    np.testing.assert_array_equal(np.bincount(balanced[data.stratified_subset(balanced, 120, seed=0)]), np.full(10, 12))
+    np.testing.assert_array_equal(data.stratified_subset(y, None), np.arange(1000))
+    np.testing.assert_array_equal(data.stratified_subset(y, 5000), np.arange(1000))
+    with pytest.raises(ValueError, match="size must be a positive integer"):
+        data.stratified_subset(y, 2.5)
