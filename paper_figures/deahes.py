@@ -6,8 +6,9 @@ lost with probability 1/3 per communication round. Spec §4 names two failure se
 are presets: "suppressed" (the default; the worker trains on without the exchange) and "stale"
 (``quick-stale``, ``full-stale``: the failed worker makes no progress and its first exchange after
 recovery carries its old parameters); the stale figure is written as ``deahes_stale.*``.
-Six methods (spec §3): EASGD, EAMSGD (δ = 0.5), EAHES, EAHES-O, EAHES-OM (oracle) and DEAHES-O; η = 0.01 for every local optimiser, α = 0.1, AdaHessian with β = (0.9,
-0.999), one Hutchinson probe, spatial averaging, the reference code's ε = 1e-4 and weight decay
+Six methods (spec §3): EASGD, EAMSGD (δ = 0.5), EAHES, EAHES-O, EAHES-OM (oracle) and
+DEAHES-O; η = 0.01 for every local optimiser, α = 0.1, AdaHessian with β = (0.9, 0.999), one
+Hutchinson probe, spatial averaging, the reference code's ε = 1e-4 and weight decay
 5e-4; the -O methods use the overlapping split with r = 1/P, the others disjoint shards.
 
 DEAHES-O's scale a0 [CHOICE]: for each (P, τ), EAHES-O is first run without failures, and a0 is
