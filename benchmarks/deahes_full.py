@@ -28,8 +28,6 @@ import numpy as np
 
 import sim
 from paper_figures import deahes
-from sim import schedules
-from sim.models import cnn_classifier
 
 
 def _timed(alg, problem, schedule, hp, P) -> float:
@@ -59,22 +57,14 @@ def main(argv=None) -> int:
           f"{jax.devices()[0].platform}", flush=True)
     total = 0.0
     for P in args.workers:
-        problems = {split: cnn_classifier(Xtr, ytr, Xte, yte, num_workers=P, split=split,
-                                          overlap=(1.0 / P if split == "overlap" else 0.0), batch_size=deahes.BATCH,
-                                          eval_size=cfg["eval_size"], dtype=np.float32)
-                    for split in ("iid", "overlap")}
+        problems = deahes._problems(P, cfg, Xtr, ytr, Xte, yte)
         algs = deahes._algorithms(trace=P * full_rounds)
         parts = [("calibration",) + algs["EAHES-O"] + (False,)] + [(m,) + v + (True,) for m, v in algs.items()]
         for label, alg, split, failing in parts:
             hp = {"period": periods}
             if label == "DEAHES-O":
                 hp["a0"] = np.ones(len(periods), np.float32)
-            t = []
-            for r in (r1, r2):
-                sched = schedules.fixed_computation(np.ones(P), num_events=P * r)
-                if failing:
-                    sched = schedules.with_failures(sched, probability=deahes.FAILURE_P, seed=P)
-                t.append(_timed(alg, problems[split], sched, hp, P))
+            t = [_timed(alg, problems[split], deahes._schedules(P, r)[int(failing)], hp, P) for r in (r1, r2)]
             per_round = max(t[1] - t[0], 0.0) / (r2 - r1)
             est = t[0] + (full_rounds * seeds - r1) * per_round
             total += est

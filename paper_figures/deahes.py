@@ -93,6 +93,21 @@ def _trend_spread(state) -> np.ndarray:
     return np.asarray(out)
 
 
+def _problems(P: int, cfg: dict, Xtr, ytr, Xte, yte) -> dict:
+    """split -> the CNN problem for P workers: "iid" (disjoint shards) and "overlap" (r = 1/P)."""
+    return {split: cnn_classifier(Xtr, ytr, Xte, yte, num_workers=P, split=split,
+                                  overlap=(1.0 / P if split == "overlap" else 0.0), batch_size=BATCH,
+                                  eval_size=cfg["eval_size"], dtype=np.float32)
+            for split in ("iid", "overlap")}
+
+
+def _schedules(P: int, rounds: int):
+    """(failure-free, failing) schedules of ``rounds`` communication rounds: equal job durations,
+    each exchange lost with probability ``FAILURE_P``; the failure draws depend on P only."""
+    clean = schedules.fixed_computation(np.ones(P), num_events=P * rounds)
+    return clean, schedules.with_failures(clean, probability=FAILURE_P, seed=P)
+
+
 def _part_names() -> list:
     return [(P, m) for P in WORKERS for m in ("calibration",) + METHODS]
 
@@ -124,13 +139,8 @@ def compute(*, quick: bool = False, preset: Optional[str] = None, data_path: Opt
         return got, reused
 
     for P in WORKERS:
-        problems = {
-            split: cnn_classifier(Xtr, ytr, Xte, yte, num_workers=P, split=split,
-                                  overlap=(1.0 / P if split == "overlap" else 0.0), batch_size=BATCH,
-                                  eval_size=cfg["eval_size"], dtype=np.float32)
-            for split in ("iid", "overlap")}
-        clean = schedules.fixed_computation(np.ones(P), num_events=P * cfg["rounds"])
-        failing = schedules.with_failures(clean, probability=FAILURE_P, seed=P)
+        problems = _problems(P, cfg, Xtr, ytr, Xte, yte)
+        clean, failing = _schedules(P, cfg["rounds"])
         algs = _algorithms(trace=P * cfg["rounds"], failure=semantics)
 
         def calibrate():  # a0 from failure-free EAHES-O runs (same compiled program as the failing runs below)
