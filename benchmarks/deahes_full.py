@@ -1,12 +1,12 @@
 """How long `delaylab figure deahes` (full preset: MNIST-format 28×28, 150 rounds, 3 seeds) takes on
 this machine, from short runs of the full configuration.
 
-    python -m benchmarks.deahes_full [--rounds 1 3] [--workers 4 8] [--data PATH]
+    python -m benchmarks.deahes_full [--rounds 5 10] [--workers 4 8] [--data PATH]
 
 Every part of the figure (for each P: the a0 calibration and the six methods) is one compiled
 sweep over τ ∈ {1, 2, 4} × seeds, and its cost is a compile plus a cost per communication round
-that is the same for every round: P jobs of τ local steps each (equal durations), and one
-evaluation of the master (``eval_size`` training and all test images). So each part is timed here
+that is the same for every round: P jobs of τ local steps each (equal durations), and an
+evaluation of the master (``eval_size`` training and all test images) every ``log_rounds`` rounds. So each part is timed here
 at the full preset's data, model, batch and evaluation sizes with one seed and two round counts
 r1 < r2, and
 
@@ -30,24 +30,28 @@ import sim
 from paper_figures import deahes
 
 
-def _timed(alg, problem, schedule, hp, P) -> float:
+def _timed(alg, problem, schedule, hp, log_every) -> float:
     t = time.perf_counter()
-    res = sim.sweep(alg, problem, schedule, keys=jax.random.split(jax.random.key(0), 1), hparams=hp, log_every=P,
-                    runs="map")
+    res = sim.sweep(alg, problem, schedule, keys=jax.random.split(jax.random.key(0), 1), hparams=hp,
+                    log_every=log_every, runs="map")
     jax.block_until_ready(res.metrics["loss"])
     return time.perf_counter() - t
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, nargs=2, default=(1, 3), metavar=("R1", "R2"))
+    ap.add_argument("--rounds", type=int, nargs=2, default=None, metavar=("R1", "R2"),
+                    help="the two short runs' rounds (default: one and two evaluation periods of the preset)")
     ap.add_argument("--workers", type=int, nargs="+", default=list(deahes.WORKERS))
     ap.add_argument("--data", default=None, help="MNIST-format data (default: the usual places)")
     args = ap.parse_args(argv)
-    r1, r2 = args.rounds
+    cfg = dict(deahes.PRESETS["full"])
+    r1, r2 = args.rounds or (cfg["log_rounds"], 2 * cfg["log_rounds"])
     if not 0 < r1 < r2:
         ap.error(f"--rounds needs 0 < R1 < R2; got {r1} {r2}")
-    cfg = dict(deahes.PRESETS["full"])
+    if r1 % cfg["log_rounds"] or r2 % cfg["log_rounds"]:
+        ap.error(f"--rounds must be multiples of the preset's evaluation period ({cfg['log_rounds']} rounds), "
+                 f"so that the short runs evaluate as often as the full one; got {r1} {r2}")
     jax.config.update("jax_enable_x64", True)  # as `delaylab figure` runs it
     name, Xtr, ytr, Xte, yte = deahes._dataset(cfg, args.data)
     full_rounds, seeds = cfg["rounds"], cfg["seeds"]
@@ -64,7 +68,8 @@ def main(argv=None) -> int:
             hp = {"period": periods}
             if label == "DEAHES-O":
                 hp["a0"] = np.ones(len(periods), np.float32)
-            t = [_timed(alg, problems[split], deahes._schedules(P, r)[int(failing)], hp, P) for r in (r1, r2)]
+            t = [_timed(alg, problems[split], deahes._schedules(P, r)[int(failing)], hp, P * cfg["log_rounds"])
+                 for r in (r1, r2)]
             per_round = max(t[1] - t[0], 0.0) / (r2 - r1)
             est = t[0] + (full_rounds * seeds - r1) * per_round
             total += est

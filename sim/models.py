@@ -191,23 +191,66 @@ class CNN(nn.Module):
         return nn.Dense(self.classes)(x)
 
 
+# Evaluations over many images run in chunks of this many (``lax.map``): on the 2-core CPU the
+# 28×28 CNN's loss over 10,240 images took 12.7 s in one pass (15 GB resident: the im2col
+# patches of every image at once), 3.5 s in chunks of 512 and 3.0 s in chunks of 128.
+EVAL_CHUNK = 128
+
+
+def _pad_to_chunks(a: np.ndarray, chunk: int) -> np.ndarray:
+    """``a`` with zero rows appended up to a multiple of ``chunk`` (unchanged when it has at most
+    ``chunk`` rows: evaluated in one pass)."""
+    n = a.shape[0]
+    if n <= chunk or n % chunk == 0:
+        return a
+    return np.concatenate([a, np.zeros((chunk - n % chunk,) + a.shape[1:], a.dtype)])
+
+
+def _chunked_sum(fn, X, y, count: int, chunk: int):
+    """Σ over the first ``count`` examples of ``fn(X_chunk, y_chunk) -> [chunk]`` values, chunk
+    by chunk (one pass when ``X`` has at most ``chunk`` rows); padding rows are left out."""
+    if X.shape[0] <= chunk:
+        return jnp.sum(fn(X[:count], y[:count]))
+    Xc = X.reshape((-1, chunk) + X.shape[1:])
+    yc = y.reshape(-1, chunk)
+    valid = (jnp.arange(X.shape[0]) < count).reshape(-1, chunk)
+
+    def one(a):
+        v = fn(a[0], a[1])
+        return jnp.sum(jnp.where(a[2], v, jnp.zeros_like(v)))
+
+    return jnp.sum(jax.lax.map(one, (Xc, yc, valid)))
+
+
 @dataclasses.dataclass(frozen=True)
 class _EvalLoss:
-    """F: the loss over the training examples held in ``data['X_eval']`` (each example once)."""
+    """F: the loss over the ``count`` training examples held in ``data['X_eval']`` (each once;
+    zero rows after them pad to whole chunks of ``chunk``)."""
 
     module: nn.Module
+    count: int
+    chunk: int = EVAL_CHUNK
 
     def __call__(self, data, params):
-        return _loss(self.module, params, data["X_eval"], data["y_eval"])
+        def losses(X, y):
+            return optax.softmax_cross_entropy_with_integer_labels(self.module.apply({"params": params}, X), y)
+
+        return _chunked_sum(losses, data["X_eval"], data["y_eval"], self.count, self.chunk) / self.count
 
 
 @dataclasses.dataclass(frozen=True)
 class _TestAccuracy:
     module: nn.Module
+    count: int
+    chunk: int = EVAL_CHUNK
 
     def __call__(self, data, params):
-        logits = self.module.apply({"params": params}, data["X_test"])
-        return {"test_accuracy": jnp.mean((jnp.argmax(logits, -1) == data["y_test"]).astype(logits.dtype))}
+        def hits(X, y):
+            logits = self.module.apply({"params": params}, X)
+            return (jnp.argmax(logits, -1) == y).astype(logits.dtype)
+
+        return {"test_accuracy": _chunked_sum(hits, data["X_test"], data["y_test"], self.count, self.chunk)
+                / self.count}
 
 
 def cnn_classifier(images, labels, test_images, test_labels, *, num_workers: int, split: str = "iid",
@@ -222,7 +265,8 @@ def cnn_classifier(images, labels, test_images, test_labels, *, num_workers: int
         loops on CPU).
       eval_size: F is the mean loss over this many training examples (class-stratified, each
         once; None: all), so that it is the training loss even where shards overlap; the test
-        accuracy over ``test_images`` is logged with it.
+        accuracy over ``test_images`` is logged with it. Both run in chunks of ``EVAL_CHUNK``
+        images (``data['X_eval']`` and ``data['X_test']`` are zero-padded to whole chunks).
     """
     X = np.asarray(images, dtype=np.float32)
     y = np.asarray(labels).astype(np.int32)
@@ -255,8 +299,11 @@ def cnn_classifier(images, labels, test_images, test_labels, *, num_workers: int
              f"{f' r={overlap:g}' if split == 'overlap' else ''}, batch={batch_size})",
         num_workers=int(num_workers),
         fns=ProblemFns(_ValueAndGradOf(loss), _ShardLosses(module), loss=loss,
-                       global_objective=_EvalLoss(module), metrics=_TestAccuracy(module)),
-        data={"X": jnp.asarray(X[idx], dt), "y": jnp.asarray(y[idx]), "X_eval": jnp.asarray(X[ev], dt),
-              "y_eval": jnp.asarray(y[ev]), "X_test": jnp.asarray(Xt, dt), "y_test": jnp.asarray(yt)},
+                       global_objective=_EvalLoss(module, len(ev)), metrics=_TestAccuracy(module, len(yt))),
+        data={"X": jnp.asarray(X[idx], dt), "y": jnp.asarray(y[idx]),
+              "X_eval": jnp.asarray(_pad_to_chunks(X[ev], EVAL_CHUNK), dt),
+              "y_eval": jnp.asarray(_pad_to_chunks(y[ev], EVAL_CHUNK)),
+              "X_test": jnp.asarray(_pad_to_chunks(Xt, EVAL_CHUNK), dt),
+              "y_test": jnp.asarray(_pad_to_chunks(yt, EVAL_CHUNK))},
         x0=params,
     )

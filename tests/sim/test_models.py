@@ -57,7 +57,13 @@ def test_cnn_problem_pooling_metrics_and_overlap_zero():
     logits = np.asarray(models.CNN(10, (4, 8), 16).apply({"params": prob.x0}, jnp.asarray(ds.x_test)))
     acc = np.mean(logits.argmax(1) == ds.y_test)
     assert abs(float(prob.fns.metrics(prob.data, prob.x0)["test_accuracy"]) - acc) < 1e-12
-    assert prob.data["X_eval"].shape[0] == 300
+    # F over the 300 stratified training examples, in chunks of 128 (zero-padded to 384), against
+    # one pass over the examples themselves
+    assert prob.data["X_eval"].shape[0] == 384 and not np.any(np.asarray(prob.data["X_eval"][300:]))
+    ev = data.stratified_subset(ds.y_train, 300, seed=0)
+    np.testing.assert_array_equal(prob.data["X_eval"][:300], ds.x_train[ev])
+    direct = models._loss(models.CNN(10, (4, 8), 16), prob.x0, jnp.asarray(ds.x_train[ev]), jnp.asarray(ds.y_train[ev]))
+    np.testing.assert_allclose(float(prob.fns.global_objective(prob.data, prob.x0)), float(direct), rtol=1e-12)
     # r = 0: the overlapping split is the disjoint one
     a = models.cnn_classifier(ds.x_train, ds.y_train, ds.x_test, ds.y_test, split="overlap", overlap=0.0, **kw)
     b = models.cnn_classifier(ds.x_train, ds.y_train, ds.x_test, ds.y_test, split="iid", **kw)
