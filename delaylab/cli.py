@@ -62,6 +62,10 @@ def main(argv=None) -> int:
         if args.redraw is not None:
             import os
 
+            if args.quick or args.preset is not None:
+                print("delaylab figure: --redraw takes the preset from the .npz it reads; drop --quick/--preset",
+                      file=sys.stderr)
+                return 2
             if not hasattr(module, "load_data"):
                 able = sorted(k for k, (mod, _) in FIGURES.items() if hasattr(importlib.import_module(mod), "load_data"))
                 print(f"delaylab figure: {args.name} stores no data to redraw from; --redraw works for {able}",

@@ -191,10 +191,13 @@ class CNN(nn.Module):
         return nn.Dense(self.classes)(x)
 
 
-# Evaluations over many images run in chunks of this many (``lax.map``): on the 2-core CPU the
-# 28×28 CNN's loss over 10,240 images took 12.7 s in one pass (15 GB resident: the im2col
-# patches of every image at once), 3.5 s in chunks of 512 and 3.0 s in chunks of 128.
-EVAL_CHUNK = 128
+# Evaluations over many images run in chunks of about this many pixels (``lax.map``): on the
+# 2-core CPU the 28×28 CNN's loss over 10,240 images took 12.7 s in one pass (15 GB resident: the
+# im2col patches of every image at once), 3.5 s in chunks of 512 images and 3.0 s in chunks of
+# 128 (this budget). On 8×8 digits a chunk holds 1,568 images, so their 1,437 training images go
+# in one pass, which there was faster than chunks of 128 (a sweep of the DEAHES figure: 8.4 s
+# against 11.0 s).
+EVAL_CHUNK_PIXELS = 128 * 28 * 28
 
 
 def _pad_to_chunks(a: np.ndarray, chunk: int) -> np.ndarray:
@@ -211,6 +214,9 @@ def _chunked_sum(fn, X, y, count: int, chunk: int):
     by chunk (one pass when ``X`` has at most ``chunk`` rows); padding rows are left out."""
     if X.shape[0] <= chunk:
         return jnp.sum(fn(X[:count], y[:count]))
+    if X.shape[0] % chunk:
+        raise ValueError(f"{X.shape[0]} evaluation rows are not whole chunks of {chunk} (the data were padded for "
+                         "another eval_chunk)")
     Xc = X.reshape((-1, chunk) + X.shape[1:])
     yc = y.reshape(-1, chunk)
     valid = (jnp.arange(X.shape[0]) < count).reshape(-1, chunk)
@@ -229,7 +235,7 @@ class _EvalLoss:
 
     module: nn.Module
     count: int
-    chunk: int = EVAL_CHUNK
+    chunk: int
 
     def __call__(self, data, params):
         def losses(X, y):
@@ -242,7 +248,7 @@ class _EvalLoss:
 class _TestAccuracy:
     module: nn.Module
     count: int
-    chunk: int = EVAL_CHUNK
+    chunk: int
 
     def __call__(self, data, params):
         def hits(X, y):
@@ -255,7 +261,8 @@ class _TestAccuracy:
 
 def cnn_classifier(images, labels, test_images, test_labels, *, num_workers: int, split: str = "iid",
                    overlap: float = 0.0, batch_size: Optional[int] = 64, channels=(32, 64), hidden: int = 128,
-                   eval_size: Optional[int] = None, seed: int = 0, dtype=None, conv_impl: str = "im2col") -> Problem:
+                   eval_size: Optional[int] = None, seed: int = 0, dtype=None, conv_impl: str = "im2col",
+                   eval_chunk: Optional[int] = None) -> Problem:
     """The CNN of :class:`CNN` trained by ``num_workers`` workers on shards of ``images``.
 
     Args:
@@ -265,8 +272,10 @@ def cnn_classifier(images, labels, test_images, test_labels, *, num_workers: int
         loops on CPU).
       eval_size: F is the mean loss over this many training examples (class-stratified, each
         once; None: all), so that it is the training loss even where shards overlap; the test
-        accuracy over ``test_images`` is logged with it. Both run in chunks of ``EVAL_CHUNK``
-        images (``data['X_eval']`` and ``data['X_test']`` are zero-padded to whole chunks).
+        accuracy over ``test_images`` is logged with it.
+      eval_chunk: both evaluations run in chunks of this many images (``data['X_eval']`` and
+        ``data['X_test']`` are zero-padded to whole chunks; at most this many: one pass). None:
+        ``EVAL_CHUNK_PIXELS`` // pixels per image.
     """
     X = np.asarray(images, dtype=np.float32)
     y = np.asarray(labels).astype(np.int32)
@@ -287,6 +296,11 @@ def cnn_classifier(images, labels, test_images, test_labels, *, num_workers: int
         raise ValueError("overlap applies to split='overlap' only")
     if batch_size is not None and (int(batch_size) != batch_size or batch_size < 1):
         raise ValueError(f"batch_size must be a positive integer or None; got {batch_size!r}")
+    if eval_chunk is None:
+        eval_chunk = max(1, EVAL_CHUNK_PIXELS // (X.shape[1] * X.shape[2]))
+    if isinstance(eval_chunk, bool) or int(eval_chunk) != eval_chunk or eval_chunk < 1:
+        raise ValueError(f"eval_chunk must be a positive integer or None; got {eval_chunk!r}")
+    eval_chunk = int(eval_chunk)
     classes = int(max(y.max(), yt.max())) + 1
     module = CNN(classes=classes, channels=tuple(int(c) for c in channels), hidden=int(hidden), conv_impl=conv_impl)
     dt = jnp.dtype(dtype) if dtype is not None else jnp.asarray(0.0).dtype
@@ -299,11 +313,12 @@ def cnn_classifier(images, labels, test_images, test_labels, *, num_workers: int
              f"{f' r={overlap:g}' if split == 'overlap' else ''}, batch={batch_size})",
         num_workers=int(num_workers),
         fns=ProblemFns(_ValueAndGradOf(loss), _ShardLosses(module), loss=loss,
-                       global_objective=_EvalLoss(module, len(ev)), metrics=_TestAccuracy(module, len(yt))),
+                       global_objective=_EvalLoss(module, len(ev), eval_chunk),
+                       metrics=_TestAccuracy(module, len(yt), eval_chunk)),
         data={"X": jnp.asarray(X[idx], dt), "y": jnp.asarray(y[idx]),
-              "X_eval": jnp.asarray(_pad_to_chunks(X[ev], EVAL_CHUNK), dt),
-              "y_eval": jnp.asarray(_pad_to_chunks(y[ev], EVAL_CHUNK)),
-              "X_test": jnp.asarray(_pad_to_chunks(Xt, EVAL_CHUNK), dt),
-              "y_test": jnp.asarray(_pad_to_chunks(yt, EVAL_CHUNK))},
+              "X_eval": jnp.asarray(_pad_to_chunks(X[ev], eval_chunk), dt),
+              "y_eval": jnp.asarray(_pad_to_chunks(y[ev], eval_chunk)),
+              "X_test": jnp.asarray(_pad_to_chunks(Xt, eval_chunk), dt),
+              "y_test": jnp.asarray(_pad_to_chunks(yt, eval_chunk))},
         x0=params,
     )

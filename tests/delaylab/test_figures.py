@@ -210,6 +210,8 @@ def test_deahes_parts_resume_and_redraw(tmp_path, monkeypatch, capsys):
     capsys.readouterr()
     assert cli.main(["figure", "deahes", "--redraw", str(out / "missing.npz"), "--out", str(out)]) == 2
     assert "no such file" in capsys.readouterr().err
+    assert cli.main(["figure", "deahes", "--redraw", str(out / "deahes.npz"), "--quick", "--out", str(out)]) == 2
+    assert "drop --quick/--preset" in capsys.readouterr().err
     assert cli.main(["figure", "r2", "--redraw", str(out / "deahes.npz"), "--out", str(out)]) == 2
     assert "r2 stores no data" in capsys.readouterr().err
     assert cli.main(["figure", "r5", "--redraw", str(out / "deahes.npz"), "--out", str(out)]) == 2

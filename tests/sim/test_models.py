@@ -44,7 +44,7 @@ def test_cnn_problem_pooling_metrics_and_overlap_zero():
     x = jnp.asarray(np.random.default_rng(0).normal(size=(2, 7, 6, 3)))
     np.testing.assert_array_equal(models.max_pool_2x2(x), nn.max_pool(x, (2, 2), strides=(2, 2), padding="SAME"))
     ds = data.digits()
-    kw = dict(num_workers=4, batch_size=8, eval_size=300, channels=(4, 8), hidden=16)
+    kw = dict(num_workers=4, batch_size=8, eval_size=300, channels=(4, 8), hidden=16, eval_chunk=128)
     prob = models.cnn_classifier(ds.x_train, ds.y_train, ds.x_test, ds.y_test, split="overlap", overlap=0.25, **kw)
     assert prob.data["X"].shape[:2] == (4, int(round(0.25 * len(ds.y_train))) + (len(ds.y_train) - 359) // 4)
     # the minibatch loss is the one whose gradient the oracle returns
@@ -57,7 +57,8 @@ def test_cnn_problem_pooling_metrics_and_overlap_zero():
     logits = np.asarray(models.CNN(10, (4, 8), 16).apply({"params": prob.x0}, jnp.asarray(ds.x_test)))
     acc = np.mean(logits.argmax(1) == ds.y_test)
     assert abs(float(prob.fns.metrics(prob.data, prob.x0)["test_accuracy"]) - acc) < 1e-12
-    # F over the 300 stratified training examples, in chunks of 128 (zero-padded to 384), against
+    # F over the 300 stratified training examples, in chunks of 128 (zero-padded to 384), and the test
+    # accuracy over 360 images (padded to 384), against
     # one pass over the examples themselves
     assert prob.data["X_eval"].shape[0] == 384 and not np.any(np.asarray(prob.data["X_eval"][300:]))
     ev = data.stratified_subset(ds.y_train, 300, seed=0)
