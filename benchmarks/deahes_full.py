@@ -30,10 +30,10 @@ import sim
 from paper_figures import deahes
 
 
-def _timed(alg, problem, schedule, hp, log_every) -> float:
+def _timed(alg, problem, schedule, hp, cfg, P) -> float:
     t = time.perf_counter()
     res = sim.sweep(alg, problem, schedule, keys=jax.random.split(jax.random.key(0), 1), hparams=hp,
-                    log_every=log_every, runs="map")
+                    log_every=P * cfg["log_rounds"], runs="map", batching=cfg["batching"])
     jax.block_until_ready(res.metrics["loss"])
     return time.perf_counter() - t
 
@@ -68,8 +68,7 @@ def main(argv=None) -> int:
             hp = {"period": periods}
             if label == "DEAHES-O":
                 hp["a0"] = np.ones(len(periods), np.float32)
-            t = [_timed(alg, problems[split], deahes._schedules(P, r)[int(failing)], hp, P * cfg["log_rounds"])
-                 for r in (r1, r2)]
+            t = [_timed(alg, problems[split], deahes._schedules(P, r)[int(failing)], hp, cfg, P) for r in (r1, r2)]
             per_round = max(t[1] - t[0], 0.0) / (r2 - r1)
             est = t[0] + (full_rounds * seeds - r1) * per_round
             total += est

@@ -18,14 +18,15 @@ values is left out). The detector is then scored on the failing runs: the ROC AU
 
 Each (P, method) is one compiled :func:`sim.sweep` over τ × seeds (the period is a traced
 hyperparameter; runs one after another inside the call, which on CPU is as fast as batching
-them and compiles sooner). One schedule per P: equal job durations (one time unit per
+them and compiles sooner; a round's P worker jobs are batched by the preset's ``batching``, the
+faster on its image size). One schedule per P: equal job durations (one time unit per
 communication period), so rounds are the x-axis for every τ; the failure draws are shared by
 all methods and seeds (a paired comparison); seeds vary minibatches and Hutchinson probes.
 Training loss: the master's loss over ``eval_size`` training examples (each once); test accuracy
 over the test set; both every ``log_rounds`` rounds.
 
 Presets: ``quick`` uses scikit-learn's 8×8 digits (the CNN unchanged, its convolutions on 8×8 and
-4×4 images) and 25 rounds; ``full`` uses MNIST where present, else Fashion-MNIST (Debian), and
+4×4 images) and 20 rounds; ``full`` uses MNIST where present, else Fashion-MNIST (Debian), and
 150 rounds; it is sized for an accelerator. Each finished (P, method) sweep is stored under
 ``<out>/.parts/deahes_<preset>/`` and reused when a stopped run is restarted with the same
 configuration and code; the parts are deleted once the figure is written. Every curve is kept in
@@ -49,11 +50,17 @@ from sim.data import digits, load_mnist_format
 from sim.models import cnn_classifier
 
 PRESETS = {
-    "quick": dict(data="digits", rounds=25, seeds=3, train_size=None, eval_size=None, test_size=None, log_rounds=1),
-    # full: the master is evaluated (10,000 training and 10,000 test images) every 5 rounds; every
-    # round, that evaluation took over half of a round's time on the 2-core CPU
+    # quick: 20 rounds and F on 720 of the 1,437 training images keep it under 15 minutes on 2 cores
+    # (25 rounds and all 1,437: 16.7 min alone on the machine with the evaluation in chunks of 128,
+    # and on course for about 15.5 min with today's one pass)
+    "quick": dict(data="digits", rounds=20, seeds=3, train_size=None, eval_size=720, test_size=None, log_rounds=1,
+                  batching="vmap"),
+    # full: the master is evaluated (10,000 training and 10,000 test images) every 5 rounds (every
+    # round, that evaluation took over half of a round's time on the 2-core CPU); the workers' jobs
+    # run one after another (lax.map), 1.5x faster than vmap on 28×28 (benchmarks/workers.py), while
+    # on 8×8 digits vmap is as fast or faster (benchmarks/RESULTS.md)
     "full": dict(data="mnist-format", rounds=150, seeds=3, train_size=None, eval_size=10000, test_size=None,
-                 log_rounds=5),
+                 log_rounds=5, batching="map"),
 }
 # The same runs with the other failure semantics of spec §4: a failed worker is crashed (no
 # progress) and its first exchange after recovery carries its old parameters.
@@ -148,7 +155,8 @@ def compute(*, quick: bool = False, preset: Optional[str] = None, data_path: Opt
 
         def calibrate():  # a0 from failure-free EAHES-O runs (same compiled program as the failing runs below)
             calib = sim.sweep(algs["EAHES-O"][0], problems["overlap"], clean, keys=keys,
-                              hparams={"period": periods}, log_every=P * cfg["log_rounds"], runs="map")
+                              hparams={"period": periods}, log_every=P * cfg["log_rounds"], runs="map",
+                              batching=cfg["batching"])
             return {"a0": KAPPA * _trend_spread(calib.state)}
 
         cal, reused = part(P, "calibration", {}, calibrate)
@@ -166,7 +174,7 @@ def compute(*, quick: bool = False, preset: Optional[str] = None, data_path: Opt
 
             def run_method(alg=alg, split=split, hp=hp, m=m):
                 res = sim.sweep(alg, problems[split], failing, keys=keys, hparams=hp, log_every=P * cfg["log_rounds"],
-                                runs="map")
+                                runs="map", batching=cfg["batching"])
                 got = {"loss": np.asarray(res.metrics["loss"]), "accuracy": np.asarray(res.metrics["test_accuracy"]),
                        "diverged": np.asarray(int(np.sum(res.diverged_at >= 0))),
                        "round": np.asarray(res.metrics["events"]) / P}

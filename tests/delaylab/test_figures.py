@@ -168,7 +168,8 @@ def test_deahes_parts_resume_and_redraw(tmp_path, monkeypatch, capsys):
     from sim.models import cnn_classifier
 
     monkeypatch.setitem(deahes.PRESETS, "tiny", dict(data="digits", rounds=3, seeds=2, train_size=192,
-                                                     eval_size=96, test_size=96, log_rounds=1))
+                                                     eval_size=96, test_size=96, log_rounds=1,
+                                                     batching="vmap"))
     monkeypatch.setattr(deahes, "WORKERS", (2,))
     monkeypatch.setattr(deahes, "PERIODS", (1, 2))
     parts = tmp_path / "parts"
