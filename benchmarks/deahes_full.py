@@ -6,9 +6,9 @@ this machine, from short runs of the full configuration.
 Every part of the figure (for each P: the a0 calibration and the six methods) is one compiled
 sweep over τ ∈ {1, 2, 4} × seeds, and its cost is a compile plus a cost per communication round
 that is the same for every round: P jobs of τ local steps each (equal durations), and an
-evaluation of the master (``eval_size`` training and all test images) every ``log_rounds`` rounds. So each part is timed here
-at the full preset's data, model, batch and evaluation sizes with one seed and two round counts
-r1 < r2, and
+evaluation of the master (``eval_size`` training and all test images) every ``log_rounds``
+rounds. So each part is timed here at the full preset's data, model, batch and evaluation sizes
+with one seed and two round counts r1 < r2 (multiples of ``log_rounds``), and
 
     seconds(150 rounds, 3 seeds) ≈ T(r1) + (150 · 3 − r1) · (T(r2) − T(r1)) / (r2 − r1)
 
