@@ -26,14 +26,12 @@ import time
 import jax
 import numpy as np
 
-import sim
 from paper_figures import deahes
 
 
 def _timed(alg, problem, schedule, hp, cfg, P) -> float:
     t = time.perf_counter()
-    res = sim.sweep(alg, problem, schedule, keys=jax.random.split(jax.random.key(0), 1), hparams=hp,
-                    log_every=P * cfg["log_rounds"], runs="map", batching=cfg["batching"])
+    res = deahes._sweep(alg, problem, schedule, jax.random.split(jax.random.key(0), 1), hp, P, cfg)
     jax.block_until_ready(res.metrics["loss"])
     return time.perf_counter() - t
 

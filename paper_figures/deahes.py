@@ -118,6 +118,13 @@ def _schedules(P: int, rounds: int):
     return clean, schedules.with_failures(clean, probability=FAILURE_P, seed=P)
 
 
+def _sweep(alg, problem, schedule, keys, hparams: dict, P: int, cfg: dict):
+    """One part's compiled sweep over τ × seeds, logged and batched as the preset says (the figure
+    and ``benchmarks/deahes_full`` both run their parts through this)."""
+    return sim.sweep(alg, problem, schedule, keys=keys, hparams=hparams, log_every=P * cfg["log_rounds"], runs="map",
+                     batching=cfg["batching"])
+
+
 def _part_names() -> list:
     return [(P, m) for P in WORKERS for m in ("calibration",) + METHODS]
 
@@ -154,9 +161,7 @@ def compute(*, quick: bool = False, preset: Optional[str] = None, data_path: Opt
         algs = _algorithms(trace=P * cfg["rounds"], failure=semantics)
 
         def calibrate():  # a0 from failure-free EAHES-O runs (same compiled program as the failing runs below)
-            calib = sim.sweep(algs["EAHES-O"][0], problems["overlap"], clean, keys=keys,
-                              hparams={"period": periods}, log_every=P * cfg["log_rounds"], runs="map",
-                              batching=cfg["batching"])
+            calib = _sweep(algs["EAHES-O"][0], problems["overlap"], clean, keys, {"period": periods}, P, cfg)
             return {"a0": KAPPA * _trend_spread(calib.state)}
 
         cal, reused = part(P, "calibration", {}, calibrate)
@@ -173,8 +178,7 @@ def compute(*, quick: bool = False, preset: Optional[str] = None, data_path: Opt
                 hp["a0"] = a0.astype(np.float32)
 
             def run_method(alg=alg, split=split, hp=hp, m=m):
-                res = sim.sweep(alg, problems[split], failing, keys=keys, hparams=hp, log_every=P * cfg["log_rounds"],
-                                runs="map", batching=cfg["batching"])
+                res = _sweep(alg, problems[split], failing, keys, hp, P, cfg)
                 got = {"loss": np.asarray(res.metrics["loss"]), "accuracy": np.asarray(res.metrics["test_accuracy"]),
                        "diverged": np.asarray(int(np.sum(res.diverged_at >= 0))),
                        "round": np.asarray(res.metrics["events"]) / P}
