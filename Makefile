@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench bench-workers bench-workers-current torch torch-current data clean
+.PHONY: demo test native bench bench-workers bench-workers-current torch torch-current data clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -12,11 +12,25 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) native
 	$(BIN)/delaylab verify --out out/verify
 
-test: $(STAMP)
+test: $(STAMP) native
 	$(BIN)/python -m pytest -q
+
+# The CNN's native convolution (sim/native): oneDNN through jax.ffi. Needs a C++ compiler and
+# Debian's libdnnl-dev (.ci/run installs it); without them the CNN falls back to im2col.
+CXX ?= g++
+NATIVE_LIB := sim/native/libdelaylab_conv.so
+native: $(NATIVE_LIB)
+$(NATIVE_LIB): sim/native/conv_dnnl.cc $(STAMP)
+	@if [ -f /usr/include/oneapi/dnnl/dnnl.hpp ] && command -v $(CXX) >/dev/null; then \
+	  echo "building $@"; \
+	  $(CXX) -O2 -std=c++17 -shared -fPIC -isystem "$$($(BIN)/python -c 'import jax.ffi; print(jax.ffi.include_dir())')" \
+	    $< -o $@ -ldnnl; \
+	else \
+	  echo "note: no oneDNN headers (apt-get install libdnnl-dev) or no $(CXX): the CNN's convolutions use im2col" >&2; \
+	fi
 
 # Optional: Debian's Fashion-MNIST (the data loader falls back to scikit-learn's digits without it).
 data:
@@ -44,4 +58,4 @@ bench-workers-current: $(STAMP) torch-current data
 	$(BIN)/python -m benchmarks.workers --torch-path $$($(TORCH_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 
 clean:
-	rm -rf $(VENV) $(TORCH_VENV) out
+	rm -rf $(VENV) $(TORCH_VENV) out $(NATIVE_LIB)

@@ -18,6 +18,7 @@ import numpy as np
 import optax
 
 from sim import data as data_lib
+from sim import native
 from sim.problems import Problem, ProblemFns, worker_batch
 
 
@@ -143,8 +144,10 @@ def conv2d_im2col(x, kernel):
 class Conv2D(nn.Module):
     """A 5×5 (``size``) stride-1 "SAME" convolution with bias, HWIO kernel (the parameters of
     ``flax.linen.Conv``: ``kernel`` lecun-normal, ``bias`` zeros). ``impl``: "lax"
-    (``lax.conv_general_dilated``), "im2col" (:func:`conv2d_im2col`) or "auto" (im2col when the
-    image has at most ``IM2COL_MAX_PIXELS`` pixels, where XLA's CPU convolution is slow)."""
+    (``lax.conv_general_dilated``), "im2col" (:func:`conv2d_im2col`), "native" (oneDNN through
+    ``jax.ffi``, :mod:`sim.native`; float32 on CPU, else im2col) or "auto": im2col up to
+    ``IM2COL_MAX_PIXELS`` pixels per image; above, "native" on CPU where it is built and XLA's
+    convolution on other backends (see :func:`conv_impl_for`)."""
 
     features: int
     size: int = 5
@@ -152,19 +155,39 @@ class Conv2D(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        if self.impl not in ("auto", "lax", "im2col"):
-            raise ValueError(f"conv impl must be 'auto', 'lax' or 'im2col'; got {self.impl!r}")
         kernel = self.param("kernel", nn.initializers.lecun_normal(), (self.size, self.size, x.shape[-1], self.features),
                             x.dtype)
         bias = self.param("bias", nn.initializers.zeros, (self.features,), x.dtype)
         dt = jnp.result_type(x, kernel)
         x, kernel, bias = x.astype(dt), kernel.astype(dt), bias.astype(dt)
-        im2col = self.impl == "im2col" or (self.impl == "auto" and x.shape[1] * x.shape[2] <= IM2COL_MAX_PIXELS)
-        if im2col:
+        impl = conv_impl_for(self.impl, x.shape[1] * x.shape[2], dt)
+        if impl == "im2col":
             y = conv2d_im2col(x, kernel)
+        elif impl == "native":
+            y = native.conv2d_same(x, kernel)
         else:
             y = jax.lax.conv_general_dilated(x, kernel, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
         return y + bias.reshape((1,) * (y.ndim - 1) + (-1,))
+
+
+CONV_IMPLS = ("auto", "native", "im2col", "lax")
+
+
+def conv_impl_for(impl: str, pixels: int, dtype) -> str:
+    """What :class:`Conv2D` with ``impl`` computes by, for images of ``pixels`` pixels in ``dtype``:
+    "im2col", "native" or "lax" (the rule in :class:`Conv2D`'s docstring)."""
+    if impl not in CONV_IMPLS:
+        raise ValueError(f"conv impl must be one of {CONV_IMPLS}; got {impl!r}")
+    native_ok = jnp.dtype(dtype) == jnp.float32 and jax.default_backend() == "cpu" and native.available()
+    if impl == "native":
+        return "native" if native_ok else "im2col"
+    if impl == "auto":
+        if pixels <= IM2COL_MAX_PIXELS:
+            return "im2col"
+        if jax.default_backend() != "cpu":
+            return "lax"
+        return "native" if native_ok else "im2col"
+    return impl
 
 
 class CNN(nn.Module):
@@ -176,7 +199,7 @@ class CNN(nn.Module):
     classes: int
     channels: tuple = (32, 64)
     hidden: int = 128
-    conv_impl: str = "im2col"  # see Conv2D: inside the engine's scans, XLA's CPU convolution is slow
+    conv_impl: str = "auto"  # see Conv2D
 
     @nn.compact
     def __call__(self, x):
@@ -261,15 +284,15 @@ class _TestAccuracy:
 
 def cnn_classifier(images, labels, test_images, test_labels, *, num_workers: int, split: str = "iid",
                    overlap: float = 0.0, batch_size: Optional[int] = 64, channels=(32, 64), hidden: int = 128,
-                   eval_size: Optional[int] = None, seed: int = 0, dtype=None, conv_impl: str = "im2col",
+                   eval_size: Optional[int] = None, seed: int = 0, dtype=None, conv_impl: str = "auto",
                    eval_chunk: Optional[int] = None) -> Problem:
     """The CNN of :class:`CNN` trained by ``num_workers`` workers on shards of ``images``.
 
     Args:
       split: "iid" (disjoint random shards) or "overlap" (every worker also holds a shared
         subset, ``overlap`` = r = |O|/|D|; see :func:`sim.data.split_overlap`).
-      conv_impl: how :class:`Conv2D` computes (default im2col, the fast one inside the engine's
-        loops on CPU).
+      conv_impl: how :class:`Conv2D` computes, one of ``CONV_IMPLS`` (default "auto": im2col on
+        small images, oneDNN on larger ones on CPU where built; the problem's name says which).
       eval_size: F is the mean loss over this many training examples (class-stratified, each
         once; None: all), so that it is the training loss even where shards overlap; the test
         accuracy over ``test_images`` is logged with it.
@@ -302,15 +325,18 @@ def cnn_classifier(images, labels, test_images, test_labels, *, num_workers: int
         raise ValueError(f"eval_chunk must be a positive integer or None; got {eval_chunk!r}")
     eval_chunk = int(eval_chunk)
     classes = int(max(y.max(), yt.max())) + 1
-    module = CNN(classes=classes, channels=tuple(int(c) for c in channels), hidden=int(hidden), conv_impl=conv_impl)
     dt = jnp.dtype(dtype) if dtype is not None else jnp.asarray(0.0).dtype
+    # per layer: each 2×2 pool halves the image, rounding up
+    used = "/".join(conv_impl_for(conv_impl, -(-X.shape[1] // 2 ** i) * -(-X.shape[2] // 2 ** i), dt)
+                    for i in range(len(channels)))
+    module = CNN(classes=classes, channels=tuple(int(c) for c in channels), hidden=int(hidden), conv_impl=conv_impl)
     params = module.init(jax.random.key(seed), jnp.zeros((1,) + X.shape[1:], dt))["params"]
     params = jax.tree.map(lambda p: p.astype(dt), params)
     ev = data_lib.stratified_subset(y, eval_size, seed=seed)
     loss = _BatchLoss(module, None if batch_size is None else int(batch_size))
     return Problem(
         name=f"cnn({X.shape[1:]}, {channels}, head {hidden}, n={num_workers}, {split}"
-             f"{f' r={overlap:g}' if split == 'overlap' else ''}, batch={batch_size})",
+             f"{f' r={overlap:g}' if split == 'overlap' else ''}, batch={batch_size}, conv={used})",
         num_workers=int(num_workers),
         fns=ProblemFns(_ValueAndGradOf(loss), _ShardLosses(module), loss=loss,
                        global_objective=_EvalLoss(module, len(ev), eval_chunk),

@@ -85,7 +85,7 @@ def test_conv_implementations_agree_with_flax():
         ref = nn.Conv(cout, (5, 5), padding="SAME")
         p = ref.init(jax.random.key(0), x)
         want = ref.apply(p, x)
-        for impl in ("lax", "im2col", "auto"):
+        for impl in ("lax", "im2col", "auto", "native"):  # float64: "native" falls back to im2col
             got = models.Conv2D(cout, impl=impl).apply(p, x)
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
         gw = jax.grad(lambda q: jnp.sum(ref.apply(q, x) ** 2))(p)
