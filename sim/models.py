@@ -119,14 +119,13 @@ def max_pool_2x2(x):
     return x.reshape(B, H // 2, 2, W // 2, 2, C).max(axis=(2, 4))
 
 
-# Below this many output pixels per image, "auto" convolutions run as one matrix product over
-# patches (im2col). Measured on the 2-core CPU (XLA 0.10), batch 64, 5×5 SAME kernels, forward /
-# kernel gradient / input gradient in ms: 4×4 pixels, 32→64 channels: XLA's convolution 25 / 28 / 42,
-# im2col 3.0 / 5.7 / 5.2; 14×14, 32→64: XLA 15 / 38 / 32, im2col 68 / 103 / 103. That holds outside
-# loops only: inside a lax.scan body (where the engine runs every job) the whole 28×28 CNN gradient
-# took 1783 ms with XLA's convolution against 130 ms outside, and 237 ms with im2col either way, so
-# the simulator's CNN uses im2col throughout (benchmarks/RESULTS.md).
-IM2COL_MAX_PIXELS = 64
+# How "auto" convolutions compute (benchmarks/RESULTS.md; the 2-core CPU, XLA 0.10, batch 64, 5×5
+# SAME kernels). XLA's CPU convolution is slow inside loops: inside a lax.scan body (where the
+# engine runs every job) the 28×28 CNN's gradient took 1783 ms with it against 130 ms outside, and
+# 237 ms by im2col either way. oneDNN's convolution (sim.native) beats im2col at every size the
+# CNN meets: one SGD step of the 28×28 CNN in lax.map over 8 workers 23 against 54 ms per worker,
+# of the 8×8 digits CNN 2.5 against 3.9 ms (vmap: 2.7 against 6.3). So on CPU "auto" is native
+# where it is built (float32), else im2col; other backends keep XLA's own convolution.
 
 
 def conv2d_im2col(x, kernel):
@@ -145,9 +144,9 @@ class Conv2D(nn.Module):
     """A 5×5 (``size``) stride-1 "SAME" convolution with bias, HWIO kernel (the parameters of
     ``flax.linen.Conv``: ``kernel`` lecun-normal, ``bias`` zeros). ``impl``: "lax"
     (``lax.conv_general_dilated``), "im2col" (:func:`conv2d_im2col`), "native" (oneDNN through
-    ``jax.ffi``, :mod:`sim.native`; float32 on CPU, else im2col) or "auto": im2col up to
-    ``IM2COL_MAX_PIXELS`` pixels per image; above, "native" on CPU where it is built and XLA's
-    convolution on other backends (see :func:`conv_impl_for`)."""
+    ``jax.ffi``, :mod:`sim.native`; float32 on CPU, else im2col) or "auto": on CPU "native"
+    where it is built, else im2col; XLA's convolution on other backends (see
+    :func:`conv_impl_for`)."""
 
     features: int
     size: int = 5
@@ -160,7 +159,7 @@ class Conv2D(nn.Module):
         bias = self.param("bias", nn.initializers.zeros, (self.features,), x.dtype)
         dt = jnp.result_type(x, kernel)
         x, kernel, bias = x.astype(dt), kernel.astype(dt), bias.astype(dt)
-        impl = conv_impl_for(self.impl, x.shape[1] * x.shape[2], dt)
+        impl = conv_impl_for(self.impl, dt)
         if impl == "im2col":
             y = conv2d_im2col(x, kernel)
         elif impl == "native":
@@ -173,8 +172,8 @@ class Conv2D(nn.Module):
 CONV_IMPLS = ("auto", "native", "im2col", "lax")
 
 
-def conv_impl_for(impl: str, pixels: int, dtype) -> str:
-    """What :class:`Conv2D` with ``impl`` computes by, for images of ``pixels`` pixels in ``dtype``:
+def conv_impl_for(impl: str, dtype) -> str:
+    """What :class:`Conv2D` with ``impl`` computes by in ``dtype`` on the default backend:
     "im2col", "native" or "lax" (the rule in :class:`Conv2D`'s docstring)."""
     if impl not in CONV_IMPLS:
         raise ValueError(f"conv impl must be one of {CONV_IMPLS}; got {impl!r}")
@@ -182,8 +181,6 @@ def conv_impl_for(impl: str, pixels: int, dtype) -> str:
     if impl == "native":
         return "native" if native_ok else "im2col"
     if impl == "auto":
-        if pixels <= IM2COL_MAX_PIXELS:
-            return "im2col"
         if jax.default_backend() != "cpu":
             return "lax"
         return "native" if native_ok else "im2col"
@@ -291,8 +288,8 @@ def cnn_classifier(images, labels, test_images, test_labels, *, num_workers: int
     Args:
       split: "iid" (disjoint random shards) or "overlap" (every worker also holds a shared
         subset, ``overlap`` = r = |O|/|D|; see :func:`sim.data.split_overlap`).
-      conv_impl: how :class:`Conv2D` computes, one of ``CONV_IMPLS`` (default "auto": im2col on
-        small images, oneDNN on larger ones on CPU where built; the problem's name says which).
+      conv_impl: how :class:`Conv2D` computes, one of ``CONV_IMPLS`` (default "auto": oneDNN on
+        CPU where it is built, else im2col; the problem's name says which).
       eval_size: F is the mean loss over this many training examples (class-stratified, each
         once; None: all), so that it is the training loss even where shards overlap; the test
         accuracy over ``test_images`` is logged with it.
@@ -326,9 +323,7 @@ def cnn_classifier(images, labels, test_images, test_labels, *, num_workers: int
     eval_chunk = int(eval_chunk)
     classes = int(max(y.max(), yt.max())) + 1
     dt = jnp.dtype(dtype) if dtype is not None else jnp.asarray(0.0).dtype
-    # per layer: each 2×2 pool halves the image, rounding up
-    used = "/".join(conv_impl_for(conv_impl, -(-X.shape[1] // 2 ** i) * -(-X.shape[2] // 2 ** i), dt)
-                    for i in range(len(channels)))
+    used = conv_impl_for(conv_impl, dt)
     module = CNN(classes=classes, channels=tuple(int(c) for c in channels), hidden=int(hidden), conv_impl=conv_impl)
     params = module.init(jax.random.key(seed), jnp.zeros((1,) + X.shape[1:], dt))["params"]
     params = jax.tree.map(lambda p: p.astype(dt), params)
