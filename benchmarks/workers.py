@@ -6,7 +6,9 @@ workers, in one process. Prints worker-steps per second and, last, the ratios (o
 
 Ours: the elastic-averaging local step (``algos.elastic``) for one worker, batched over the 8
 workers with ``jax.vmap`` and with ``jax.lax.map`` (each worker has its own parameters, so the
-convolutions cannot share a kernel); both are reported and the faster is compared. PyTorch: the
+convolutions cannot share a kernel); both are reported and the faster is compared. The
+convolutions are ``sim.models.Conv2D``'s default: oneDNN's (``sim.native``) where built, else
+im2col; the first line says which. PyTorch: the
 same network (5×5 convolutions with 32 and 64 channels, 2×2 max-pools, a 128-unit head), a Python
 loop over 8 models; SGD is ``backward`` and an in-place update; AdaHessian is the reference
 recipe: gradients with ``create_graph=True``, H z by a second ``autograd.grad``, |z ⊙ Hz| averaged
@@ -28,7 +30,8 @@ import numpy as np
 from algos import elastic as ea
 from sim.data import load_mnist_format
 from sim.engine import WorkerOracle
-from sim.models import cnn_classifier
+from sim import native
+from sim.models import cnn_classifier, conv_impl_for
 
 WORKERS, BATCH = 8, 64
 
@@ -153,7 +156,8 @@ def main(argv=None) -> int:
     problem = cnn_classifier(ds.x_train[:n], ds.y_train[:n], ds.x_test[:500], ds.y_test[:500], num_workers=WORKERS,
                              batch_size=BATCH, eval_size=500, dtype=np.float32)
     print(f"{WORKERS} workers × CNN on {ds.name} {ds.x_train.shape[1:]}, batch {BATCH}; jax {jax.__version__}, "
-          f"{jax.devices()[0].platform}", flush=True)
+          f"{jax.devices()[0].platform}; convolutions: {conv_impl_for('auto', np.float32)} ({native.status()})",
+          flush=True)
     mine = ours(problem, args.reps)
     ref = torch_loop(ds.x_train[:n], ds.y_train[:n], args.reps, args.torch_path)
     if ref is None:
