@@ -17,6 +17,7 @@ from algos.asgd import (
     staleness_aware_step,
 )
 from algos.base import Algorithm, Event, gradient_work
+from algos.mitigation import fedasync, staleness_weight
 from algos.local import async_local_sgd, dylu_local_steps, local_adamw_work, local_sgd_work
 from algos.rounds import malenia_sgd, point_and_gradient_work, rennala_sgd, ringleader_asgd
 from algos.sync import minibatch_sgd
@@ -37,6 +38,7 @@ __all__ = [
     "constant_step",
     "delay_adaptive_asgd",
     "delay_adaptive_step",
+    "fedasync",
     "fedbuff_asgd",
     "ia2sgd",
     "inverse_tau_asgd",
@@ -52,4 +54,5 @@ __all__ = [
     "ringmaster_asgd",
     "staleness_aware_asgd",
     "staleness_aware_step",
+    "staleness_weight",
 ]

@@ -386,6 +386,56 @@ def barrier(timing: Timing, *, num_rounds: int, description: str = "") -> Schedu
     )
 
 
+def backup_workers(timing: Timing, *, num_rounds: int, backups: int, description: str = "") -> Schedule:
+    """Synchronous rounds with ``backups`` backup workers (Chen et al. 2016; spec mitigation.md §2).
+
+    All n = N + b workers start each round on the same model; the round closes when the N-th
+    result arrives (N = n − ``backups``). The first N results, in (finish, worker) order, are
+    delivered; the other b jobs are cancelled at that moment (the spec's ``cancel_on_close``
+    variant: they appear as undelivered events finishing at the close) and every worker starts
+    the next round together. ``backups=0`` is :func:`barrier` exactly.
+
+    Only the cancelling variant is built: in TensorFlow's SyncReplicasOptimizer a straggler's
+    job runs on and its late result is dropped, which lets one worker arrive twice in a round.
+    """
+    num_rounds = _check_count(num_rounds, "num_rounds")
+    n = timing.num_workers
+    b = int(backups)
+    if backups != b or not (0 <= b < n):
+        raise ValueError(f"backups must be an integer in [0, n) = [0, {n}) (at least one result per round); got {backups!r}")
+    keep = n - b
+    dur = timing.durations(num_rounds)
+    if not np.all(np.isfinite(dur)):
+        raise ValueError(f"num_rounds={num_rounds} exceeds the rounds the trace records for every worker")
+    worker_l, start_l, finish_l, round_l, deliv_l = [], [], [], [], []
+    t = 0.0
+    for r in range(num_rounds):
+        fin = t + dur[:, r]
+        order = np.lexsort((np.arange(n), fin))
+        close = float(fin[order[keep - 1]])
+        late = np.sort(order[keep:])  # cancelled at the close, listed by worker index
+        worker_l.append(np.concatenate([order[:keep], late]))
+        start_l.append(np.full(n, t))
+        finish_l.append(np.concatenate([fin[order[:keep]], np.full(b, close)]))
+        deliv_l.append(np.arange(n) < keep)
+        round_l.append(np.full(n, r))
+        t = close
+    rounds = np.concatenate(round_l).astype(np.int64)
+    delivered = np.concatenate(deliv_l)
+    return Schedule(
+        worker=np.concatenate(worker_l).astype(np.int32),
+        start=np.concatenate(start_l),
+        finish=np.concatenate(finish_l),
+        version=_versions_barrier(rounds, delivered),
+        delivered=delivered,
+        round=rounds,
+        num_workers=n,
+        policy="barrier",
+        mean_durations=np.asarray(timing.mean_durations, dtype=np.float64).copy(),
+        description=description or f"barrier with {b} backup worker(s) of {n}, {type(timing).__name__}, {num_rounds} rounds",
+    )
+
+
 # --- convenience constructors (the public names) ----------------------------------------------
 
 

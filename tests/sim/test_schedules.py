@@ -144,3 +144,28 @@ def test_trace_negative_duration(tmp_path):
 def test_trace_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         schedules.from_trace(tmp_path / "nope.csv")
+
+
+def test_backup_workers_close_each_round_at_the_nth_result():
+    """Hand-computed: τ = (1, 4, 2, 3), N = 2 of 4. Each round closes at its second result, t + 2;
+    workers 0 and 2 deliver, 1 and 3 are cancelled at the close."""
+    timing = schedules.FixedTiming(np.array([1.0, 4.0, 2.0, 3.0]))
+    s = schedules.backup_workers(timing, num_rounds=3, backups=2)
+    np.testing.assert_array_equal(s.worker, [0, 2, 1, 3] * 3)
+    np.testing.assert_array_equal(s.delivered, [True, True, False, False] * 3)
+    np.testing.assert_array_equal(s.finish, [1, 2, 2, 2, 3, 4, 4, 4, 5, 6, 6, 6])
+    np.testing.assert_array_equal(s.start, np.repeat([0.0, 2.0, 4.0], 4))
+    np.testing.assert_array_equal(s.version, np.repeat([0, 2, 4], 4))
+    np.testing.assert_array_equal(s.round, np.repeat([0, 1, 2], 4))
+    assert s.policy == "barrier" and s.arrivals_per_worker().tolist() == [3, 0, 3, 0]
+
+
+def test_backup_workers_with_none_is_the_barrier_and_bad_counts_are_refused():
+    timing = schedules.RandomTiming(np.array([1.0, 2.0, 3.0]), noise="exponential", seed=4)
+    a = schedules.backup_workers(timing, num_rounds=20, backups=0)
+    b = schedules.barrier(timing, num_rounds=20)
+    for name in ("worker", "start", "finish", "version", "delivered", "round"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    for bad in (3, -1, 1.5):
+        with pytest.raises(ValueError, match=r"backups must be an integer in \[0, n\) = \[0, 3\)"):
+            schedules.backup_workers(timing, num_rounds=2, backups=bad)

@@ -1,0 +1,237 @@
+"""Telemetry for specialisation and divergence: per-layer, per-worker statistics (spec
+mitigation.md §14, T1–T7).
+
+Everything here is a pure function of arrays, jit- and vmap-safe, and independent of the engine:
+pass it the stacked worker models (a pytree whose leaves have a leading worker axis ``n``), their
+gradients or updates, or activations on a fixed probe batch.
+
+Layers. A *layer* is a parameter pytree's node one level above its leaves: for Flax parameters
+``{"Dense_0": {"kernel", "bias"}, ...}`` the layers are ``Dense_0``, ...; a leaf with no parent
+dict is a layer on its own. :func:`layer_matrices` flattens a stacked tree into one ``[n, d_ℓ]``
+matrix per layer (kernel and bias together), and the per-layer statistics below work on those.
+
+Formulas (notation of the spec: ``g_i`` worker i's gradient or update in one layer, ``ḡ`` their
+mean, ``y_i`` worker i's parameters, ``x̄`` the global ones):
+
+- norms ``‖g_i‖``; cross-worker variance ``V = (1/n) Σ_i ‖g_i − ḡ‖²``; signal-to-noise
+  ``‖ḡ‖² / V``; gradient diversity (Yin et al. 2018) ``D = Σ_i ‖g_i‖² / ‖Σ_i g_i‖²``;
+- the cosine matrix ``cos_ij = ⟨g_i, g_j⟩ / (‖g_i‖ ‖g_j‖)`` and the alignment of each worker with
+  an aggregate ``cos(g_i, a)``;
+- consensus distance (Kong et al. 2021) ``Ξ² = (1/n) Σ_i ‖y_i − ȳ‖²`` and drift ``‖y_i − x̄‖``;
+- linear CKA (Kornblith et al. 2019) on centred activations ``X̃, Ỹ``:
+  ``‖Ỹᵀ X̃‖²_F / (‖X̃ᵀ X̃‖_F ‖Ỹᵀ Ỹ‖_F)``, computed from the centred Gram matrices ``X̃X̃ᵀ`` (the two
+  forms are equal; the Gram one costs ``m²`` per pair, which is less when the probe batch is
+  smaller than the layer);
+- minibatch CKA (Nguyen et al. 2021) from the unbiased HSIC of each batch of m ≥ 4 probes, with
+  ``K̃`` the Gram matrix with its diagonal zeroed:
+  ``HSIC₁ = [tr(K̃L̃) + 1ᵀK̃1·1ᵀL̃1/((m−1)(m−2)) − 2/(m−2)·1ᵀK̃L̃1] / (m(m−3))`` and
+  ``CKA = mean_b HSIC₁(K_b, L_b) / √(mean_b HSIC₁(K_b, K_b) · mean_b HSIC₁(L_b, L_b))``;
+- the specialisation index of a CKA matrix ``1 − mean_{i<j} CKA_ij``;
+- realised shares ``q_i`` (each worker's part of the applied weight).
+
+Each is checked against a plain NumPy implementation in ``tests/sim/test_telemetry.py``.
+A zero vector has no direction: its cosines are 0, not NaN.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+_TINY = 1e-30
+
+
+# --- layers -----------------------------------------------------------------------------------
+
+def _key_name(k) -> str:
+    for attr in ("key", "name", "idx"):
+        if hasattr(k, attr):
+            return str(getattr(k, attr))
+    return str(k)
+
+
+def layer_names(tree) -> list[str]:
+    """The layer names of a parameter pytree, in the order of its leaves (see the module doc)."""
+    names: list[str] = []
+    for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        name = "/".join(_key_name(k) for k in (path[:-1] if len(path) > 1 else path)) or "params"
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def layer_matrices(stacked) -> dict[str, jax.Array]:
+    """``{layer: [n, d_ℓ]}`` from a pytree whose leaves have a leading worker axis ``n``: each
+    worker's leaves of the layer, flattened and concatenated in leaf order."""
+    leaves = jax.tree_util.tree_flatten_with_path(stacked)[0]
+    if not leaves:
+        raise ValueError("layer_matrices: the tree has no leaves")
+    n = {jnp.shape(v)[0] if jnp.ndim(v) else None for _, v in leaves}
+    if len(n) != 1 or None in n:
+        raise ValueError(f"layer_matrices: every leaf needs the same leading worker axis; got leading sizes {sorted(map(str, n))}")
+    groups: dict[str, list] = {}
+    for path, v in leaves:
+        name = "/".join(_key_name(k) for k in (path[:-1] if len(path) > 1 else path)) or "params"
+        groups.setdefault(name, []).append(jnp.reshape(v, (jnp.shape(v)[0], -1)))
+    return {k: (v[0] if len(v) == 1 else jnp.concatenate(v, axis=1)) for k, v in groups.items()}
+
+
+def per_layer(fn: Callable, *stacked) -> dict[str, jax.Array]:
+    """Apply ``fn`` to the ``[n, d_ℓ]`` matrices of each layer of one or more stacked trees with
+    the same structure: ``{layer: fn(M1_ℓ, M2_ℓ, ...)}``."""
+    mats = [layer_matrices(t) for t in stacked]
+    return {k: fn(*(m[k] for m in mats)) for k in mats[0]}
+
+
+# --- gradients and updates --------------------------------------------------------------------
+
+def norms(g: jax.Array) -> jax.Array:
+    """``[n]``: each worker's ``‖g_i‖`` (rows of ``g [n, d]``)."""
+    return jnp.sqrt(jnp.sum(jnp.square(g), axis=-1))
+
+
+def variance(g: jax.Array) -> jax.Array:
+    """``(1/n) Σ_i ‖g_i − ḡ‖²`` across the rows of ``g [n, d]``."""
+    return jnp.mean(jnp.sum(jnp.square(g - jnp.mean(g, axis=0, keepdims=True)), axis=-1))
+
+
+def signal_to_noise(g: jax.Array) -> jax.Array:
+    """``‖ḡ‖² / V``; ``inf`` when all rows agree."""
+    return jnp.sum(jnp.square(jnp.mean(g, axis=0))) / variance(g)
+
+
+def diversity(g: jax.Array) -> jax.Array:
+    """Gradient diversity ``Σ_i ‖g_i‖² / ‖Σ_i g_i‖²`` (1/n for identical rows; large when they cancel)."""
+    return jnp.sum(jnp.square(g)) / jnp.maximum(jnp.sum(jnp.square(jnp.sum(g, axis=0))), _TINY)
+
+
+def cosine_matrix(g: jax.Array) -> jax.Array:
+    """``[n, n]`` cosines between the rows of ``g [n, d]`` (0 where a row is zero)."""
+    u = g / jnp.maximum(norms(g), _TINY)[:, None]
+    return u @ u.T
+
+
+def alignment(g: jax.Array, aggregate: jax.Array) -> jax.Array:
+    """``[n]``: the cosine of each row of ``g [n, d]`` with ``aggregate [d]`` (0 where either is zero)."""
+    a = aggregate / jnp.maximum(jnp.linalg.norm(aggregate), _TINY)
+    return (g @ a) / jnp.maximum(norms(g), _TINY)
+
+
+def consensus_distance(y: jax.Array) -> jax.Array:
+    """``Ξ² = (1/n) Σ_i ‖y_i − ȳ‖²`` over the rows of ``y [n, d]`` (the same sum as :func:`variance`,
+    named for parameters)."""
+    return variance(y)
+
+
+def drift(y: jax.Array, reference: jax.Array) -> jax.Array:
+    """``[n]``: ``‖y_i − x̄‖`` for the rows of ``y [n, d]`` against ``reference [d]``."""
+    return norms(y - reference[None, :])
+
+
+# --- representations --------------------------------------------------------------------------
+
+def centred_gram(x: jax.Array) -> jax.Array:
+    """``X̃ X̃ᵀ`` for activations ``x [m, ...]`` (flattened to ``[m, p]``; columns centred)."""
+    x = jnp.reshape(x, (x.shape[0], -1))
+    xc = x - jnp.mean(x, axis=0, keepdims=True)
+    return xc @ xc.T
+
+
+def _cka_from_grams(k: jax.Array, l: jax.Array) -> jax.Array:
+    num = jnp.sum(k * l)
+    return num / jnp.maximum(jnp.sqrt(jnp.sum(k * k) * jnp.sum(l * l)), _TINY)
+
+
+def linear_cka(x: jax.Array, y: jax.Array) -> jax.Array:
+    """Linear CKA between activations ``x [m, p]`` and ``y [m, q]`` of the same m probes."""
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"linear_cka: both activations need the same number of probes (rows); got {x.shape[0]} and {y.shape[0]}")
+    return _cka_from_grams(centred_gram(x), centred_gram(y))
+
+
+def linear_cka_matrix(acts: jax.Array) -> jax.Array:
+    """``[n, n]`` linear CKA between every pair of ``acts [n, m, ...]`` (one Gram per worker, then
+    one contraction for all pairs)."""
+    grams = jax.vmap(centred_gram)(acts)
+    hs = jnp.einsum("iab,jab->ij", grams, grams)
+    d = jnp.sqrt(jnp.diagonal(hs))
+    return hs / jnp.maximum(d[:, None] * d[None, :], _TINY)
+
+
+def hsic_unbiased(k: jax.Array, l: jax.Array) -> jax.Array:
+    """The unbiased HSIC estimator of Song et al. (2012) used by minibatch CKA, from two ``[m, m]``
+    Gram matrices (m ≥ 4; the diagonals are zeroed here)."""
+    m = k.shape[0]
+    if m < 4:
+        raise ValueError(f"hsic_unbiased: needs at least 4 probes per batch; got {m}")
+    kt = k * (1.0 - jnp.eye(m, dtype=k.dtype))
+    lt = l * (1.0 - jnp.eye(m, dtype=l.dtype))
+    t1 = jnp.sum(kt * lt)  # tr(K̃ L̃), both symmetric
+    t2 = jnp.sum(kt) * jnp.sum(lt) / ((m - 1) * (m - 2))
+    t3 = 2.0 / (m - 2) * jnp.sum(kt @ lt)
+    return (t1 + t2 - t3) / (m * (m - 3))
+
+
+def _gram(x: jax.Array) -> jax.Array:
+    x = jnp.reshape(x, (x.shape[0], -1))
+    return x @ x.T
+
+
+def minibatch_cka(xs: jax.Array, ys: jax.Array) -> jax.Array:
+    """Minibatch CKA between ``xs [b, m, ...]`` and ``ys [b, m, ...]``: b batches of m probes each,
+    the same probes on both sides."""
+    if xs.shape[:2] != ys.shape[:2]:
+        raise ValueError(f"minibatch_cka: both sides need the same [batches, probes] shape; got {xs.shape[:2]} and {ys.shape[:2]}")
+    kx, ky = jax.vmap(_gram)(xs), jax.vmap(_gram)(ys)
+    xy = jnp.mean(jax.vmap(hsic_unbiased)(kx, ky))
+    xx = jnp.mean(jax.vmap(hsic_unbiased)(kx, kx))
+    yy = jnp.mean(jax.vmap(hsic_unbiased)(ky, ky))
+    return xy / jnp.sqrt(jnp.maximum(xx * yy, _TINY))
+
+
+def minibatch_cka_matrix(acts: jax.Array) -> jax.Array:
+    """``[n, n]`` minibatch CKA between every pair of ``acts [n, b, m, ...]``."""
+    grams = jax.vmap(jax.vmap(_gram))(acts)  # [n, b, m, m]
+
+    def pair(gi, gj):  # [b, m, m] each: mean over batches of HSIC₁
+        return jnp.mean(jax.vmap(hsic_unbiased)(gi, gj))
+
+    hs = jax.vmap(lambda gi: jax.vmap(lambda gj: pair(gi, gj))(grams))(grams)  # [n, n]
+    d = jnp.sqrt(jnp.maximum(jnp.diagonal(hs), 0.0))
+    return hs / jnp.maximum(d[:, None] * d[None, :], _TINY)
+
+
+def specialisation_index(cka: jax.Array) -> jax.Array:
+    """``1 − mean_{i<j} CKA_ij`` of an ``[n, n]`` CKA matrix (0 when every pair is identical)."""
+    n = cka.shape[0]
+    if n < 2:
+        raise ValueError("specialisation_index: needs at least two workers")
+    iu = np.triu_indices(n, k=1)
+    return 1.0 - jnp.mean(cka[iu])
+
+
+def activations(module, params, x) -> dict[str, jax.Array]:
+    """Every submodule's output of a Flax ``module`` on probe inputs ``x``, by module name
+    (``{"Dense_0": [m, ...], ...}``), from Flax's ``capture_intermediates``."""
+    _, state = module.apply({"params": params}, x, capture_intermediates=True, mutable=["intermediates"])
+    inter = state["intermediates"]
+    return {k: v["__call__"][0] for k, v in inter.items() if isinstance(v, dict) and "__call__" in v}
+
+
+# --- contributions ----------------------------------------------------------------------------
+
+def realised_shares(worker, weight, num_workers: int) -> np.ndarray:
+    """``q_i = Σ weights of worker i / Σ all weights`` over a log of applied contributions
+    (``worker[e]``, ``weight[e]``); zeros if nothing was applied."""
+    worker = np.asarray(worker)
+    weight = np.asarray(weight, np.float64)
+    if worker.shape != weight.shape:
+        raise ValueError(f"realised_shares: worker and weight need the same shape; got {worker.shape} and {weight.shape}")
+    if worker.size and (worker.min() < 0 or worker.max() >= num_workers):
+        raise ValueError(f"realised_shares: worker indices must lie in [0, {num_workers}); got {worker.min()}..{worker.max()}")
+    tot = np.bincount(worker, weights=weight, minlength=num_workers)
+    s = tot.sum()
+    return tot / s if s > 0 else tot

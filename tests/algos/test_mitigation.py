@@ -1,0 +1,74 @@
+"""Straggler-mitigation rules (algos.mitigation) against hand-computed values and plain loops."""
+
+import jax
+import numpy as np
+import pytest
+
+import algos
+import sim
+from sim import schedules
+from sim.reference import quadratic_gradient
+from tests.conftest import rel_err
+
+
+def test_staleness_functions_take_their_tabulated_values():
+    d = np.array([0.0, 3.0, 4.0, 6.0, 8.0])
+    np.testing.assert_allclose(algos.staleness_weight("constant", d), [1, 1, 1, 1, 1])
+    np.testing.assert_allclose(algos.staleness_weight("polynomial", d, a=0.5), [1, 0.5, 1 / np.sqrt(5), 1 / np.sqrt(7), 1 / 3])
+    np.testing.assert_allclose(algos.staleness_weight("hinge", d, a=0.5, b=4.0), [1, 1, 1, 0.5, 1 / 3])
+    np.testing.assert_allclose(algos.staleness_weight("fedbuff", d), algos.staleness_weight("polynomial", d, a=0.5))
+    with pytest.raises(ValueError, match="unknown staleness function 'linear'; allowed"):
+        algos.staleness_weight("linear", d)
+
+
+def _loop_fedasync(A, b, sched, *, alpha, lr, H, rho, s):
+    n, dim = b.shape
+    x = np.zeros(dim)
+    points = np.zeros((n, dim))
+    for e, i in enumerate(sched.worker):
+        z = points[i].copy()
+        for _ in range(H):
+            z = z - lr * (quadratic_gradient(A, b, i, z) + rho * (z - points[i]))
+        at = alpha * s(sched.staleness[e]) if sched.delivered[e] else 0.0
+        x = (1 - at) * x + at * z
+        points[i] = x
+    return x
+
+
+@pytest.mark.parametrize("kind,fn", [
+    ("polynomial", lambda d: (d + 1.0) ** -0.5),
+    ("hinge", lambda d: 1.0 if d <= 2 else 1.0 / (0.5 * (d - 2) + 1.0)),
+])
+def test_fedasync_equals_a_plain_loop(kind, fn):
+    prob = sim.problems.random_quadratic(4, 3, seed=3)
+    A, b = prob.curvature
+    sched = schedules.with_failures(
+        schedules.random_durations([1.0, 2.0, 4.0, 8.0], num_events=120, seed=2), probability=0.1, seed=1)
+    alg = algos.fedasync(mixing=0.6, local_stepsize=0.05, local_steps=3, prox=0.1, staleness=kind, a=0.5, b=2.0)
+    res = sim.run(alg, prob, sched, key=jax.random.key(0))
+    ref = _loop_fedasync(A, b, sched, alpha=0.6, lr=0.05, H=3, rho=0.1, s=fn)
+    assert sched.staleness.max() > 3  # the hinge's both branches are used
+    assert rel_err(res.params, ref) < 1e-12
+
+
+def test_fedasync_with_one_worker_and_full_mixing_is_sgd():
+    prob = sim.problems.random_quadratic(1, 3, seed=4)
+    A, b = prob.curvature
+    sched = schedules.fixed_computation([1.0], num_events=25)
+    res = sim.run(algos.fedasync(mixing=1.0, local_stepsize=0.2, staleness="constant"), prob, sched,
+                  key=jax.random.key(0))
+    x = np.zeros(3)
+    for _ in range(25):
+        x = x - 0.2 * quadratic_gradient(A, b, 0, x)
+    assert rel_err(res.params, x) < 1e-13
+
+
+def test_fedasync_refuses_bad_hyperparameters():
+    with pytest.raises(ValueError, match=r"mixing α must be in \(0, 1\]"):
+        algos.fedasync(mixing=0.0, local_stepsize=0.1)
+    with pytest.raises(ValueError, match="staleness must be one of"):
+        algos.fedasync(mixing=0.5, local_stepsize=0.1, staleness="exp")
+    with pytest.raises(ValueError, match="local_steps must be an integer >= 1"):
+        algos.fedasync(mixing=0.5, local_stepsize=0.1, local_steps=0)
+    with pytest.raises(ValueError, match="staleness parameter a must be finite and >= 0"):
+        algos.fedasync(mixing=0.5, local_stepsize=0.1, a=-1.0)

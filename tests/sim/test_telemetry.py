@@ -1,0 +1,140 @@
+"""sim.telemetry against plain NumPy written from the formulas (spec mitigation.md §14); float64
+(tests/conftest.py enables x64)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from sim import telemetry as T
+
+
+def np_cka_features(x, y):  # Kornblith et al. (2019), feature-space form
+    xc, yc = x - x.mean(0), y - y.mean(0)
+    return np.linalg.norm(yc.T @ xc) ** 2 / (np.linalg.norm(xc.T @ xc) * np.linalg.norm(yc.T @ yc))
+
+
+def np_cka_hsic(x, y):  # Gram form with the centring matrix H and HSIC₀
+    m = x.shape[0]
+    H = np.eye(m) - np.ones((m, m)) / m
+
+    def hsic(K, L):
+        return np.trace(K @ H @ L @ H) / (m - 1) ** 2
+
+    K, L = x @ x.T, y @ y.T
+    return hsic(K, L) / np.sqrt(hsic(K, K) * hsic(L, L))
+
+
+def np_hsic1(K, L):  # the spec's unbiased estimator, term by term
+    m = K.shape[0]
+    Kt, Lt = K.copy(), L.copy()
+    np.fill_diagonal(Kt, 0.0)
+    np.fill_diagonal(Lt, 0.0)
+    one = np.ones(m)
+    return (np.trace(Kt @ Lt) + (one @ Kt @ one) * (one @ Lt @ one) / ((m - 1) * (m - 2))
+            - 2.0 / (m - 2) * (one @ Kt @ Lt @ one)) / (m * (m - 3))
+
+
+def np_minibatch_cka(xs, ys):
+    xy = np.mean([np_hsic1(x @ x.T, y @ y.T) for x, y in zip(xs, ys)])
+    xx = np.mean([np_hsic1(x @ x.T, x @ x.T) for x in xs])
+    yy = np.mean([np_hsic1(y @ y.T, y @ y.T) for y in ys])
+    return xy / np.sqrt(xx * yy)
+
+
+def test_linear_cka_equals_both_textbook_forms_and_has_the_stated_invariances():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 12))
+    y = np.tanh(x @ rng.normal(size=(12, 30))) + 0.3 * rng.normal(size=(40, 30))
+    got = float(T.linear_cka(jnp.asarray(x), jnp.asarray(y)))
+    assert got == pytest.approx(np_cka_features(x, y), rel=1e-12)
+    assert got == pytest.approx(np_cka_hsic(x, y), rel=1e-12)
+    assert float(T.linear_cka(jnp.asarray(x), jnp.asarray(x))) == pytest.approx(1.0, rel=1e-12)
+    Q, _ = np.linalg.qr(rng.normal(size=(12, 12)))
+    assert float(T.linear_cka(jnp.asarray(3.7 * x @ Q + 5.0), jnp.asarray(y))) == pytest.approx(got, rel=1e-10)
+    A = rng.normal(size=(12, 12)) + np.diag(np.linspace(0.1, 5, 12))  # invertible, not orthogonal
+    assert abs(float(T.linear_cka(jnp.asarray(x @ A), jnp.asarray(y))) - got) > 1e-3
+    with pytest.raises(ValueError, match="same number of probes"):
+        T.linear_cka(jnp.zeros((5, 2)), jnp.zeros((6, 2)))
+
+
+def test_cka_matrices_equal_pairwise_numpy():
+    rng = np.random.default_rng(1)
+    acts = rng.normal(size=(4, 24, 3, 2)) + rng.normal(size=(1, 24, 3, 2))  # shared part: CKA well above 0
+    flat = acts.reshape(4, 24, -1)
+    want = np.array([[np_cka_features(a, b) for b in flat] for a in flat])
+    np.testing.assert_allclose(np.asarray(T.linear_cka_matrix(jnp.asarray(acts))), want, rtol=1e-12)
+    batched = acts.reshape(4, 3, 8, 6)  # 3 batches of 8 probes
+    want_mb = np.array([[np_minibatch_cka(a, b) for b in batched] for a in batched])
+    np.testing.assert_allclose(np.asarray(T.minibatch_cka_matrix(jnp.asarray(batched))), want_mb, rtol=1e-10)
+    np.testing.assert_allclose(float(T.minibatch_cka(jnp.asarray(batched[0]), jnp.asarray(batched[2]))),
+                               want_mb[0, 2], rtol=1e-10)
+    iu = np.triu_indices(4, 1)
+    assert float(T.specialisation_index(jnp.asarray(want))) == pytest.approx(1 - want[iu].mean(), rel=1e-12)
+    with pytest.raises(ValueError, match="at least 4 probes"):
+        T.hsic_unbiased(jnp.eye(3), jnp.eye(3))
+
+
+def test_minibatch_cka_is_unbiased_where_the_plain_estimate_is_not():
+    """Independent probes: the population CKA of two independent representations is 0. The
+    average of many single-batch linear-CKA values stays well above 0 (its bias at m = 16), while
+    minibatch CKA over the same batches is near 0: the property it was designed for."""
+    rng = np.random.default_rng(2)
+    xs, ys = rng.normal(size=(200, 16, 8)), rng.normal(size=(200, 16, 8))
+    plain = np.mean([np_cka_features(x, y) for x, y in zip(xs, ys)])
+    mb = float(T.minibatch_cka(jnp.asarray(xs), jnp.asarray(ys)))
+    assert plain > 0.2 and abs(mb) < 0.03, (plain, mb)
+
+
+def test_per_layer_gradient_statistics_equal_numpy():
+    rng = np.random.default_rng(3)
+    n = 5
+    tree = {"Dense_0": {"bias": rng.normal(size=(n, 4)), "kernel": rng.normal(size=(n, 3, 4))},
+            "Dense_1": {"bias": rng.normal(size=(n, 2)), "kernel": rng.normal(size=(n, 4, 2))}}
+    assert T.layer_names(jax.tree.map(lambda v: v[0], tree)) == ["Dense_0", "Dense_1"]
+    mats = T.layer_matrices(jax.tree.map(jnp.asarray, tree))
+    assert mats["Dense_0"].shape == (n, 16) and mats["Dense_1"].shape == (n, 10)
+    for name in ("Dense_0", "Dense_1"):
+        g = np.concatenate([tree[name]["bias"].reshape(n, -1), tree[name]["kernel"].reshape(n, -1)], axis=1)
+        np.testing.assert_array_equal(np.asarray(mats[name]), g)
+        gbar = g.mean(0)
+        V = np.mean([np.sum((gi - gbar) ** 2) for gi in g])
+        assert float(T.variance(mats[name])) == pytest.approx(V, rel=1e-12)
+        assert float(T.signal_to_noise(mats[name])) == pytest.approx(np.sum(gbar ** 2) / V, rel=1e-12)
+        assert float(T.diversity(mats[name])) == pytest.approx(
+            sum(np.sum(gi ** 2) for gi in g) / np.sum(g.sum(0) ** 2), rel=1e-12)
+        cos = np.array([[gi @ gj / np.linalg.norm(gi) / np.linalg.norm(gj) for gj in g] for gi in g])
+        np.testing.assert_allclose(np.asarray(T.cosine_matrix(mats[name])), cos, rtol=1e-12)
+        agg = g[:3].sum(0)
+        np.testing.assert_allclose(np.asarray(T.alignment(mats[name], jnp.asarray(agg))),
+                                   [gi @ agg / np.linalg.norm(gi) / np.linalg.norm(agg) for gi in g], rtol=1e-12)
+        np.testing.assert_allclose(np.asarray(T.norms(mats[name])), [np.linalg.norm(gi) for gi in g], rtol=1e-12)
+        assert float(T.consensus_distance(mats[name])) == pytest.approx(V, rel=1e-12)
+        ref = rng.normal(size=g.shape[1])
+        np.testing.assert_allclose(np.asarray(T.drift(mats[name], jnp.asarray(ref))),
+                                   [np.linalg.norm(gi - ref) for gi in g], rtol=1e-12)
+    stats = T.per_layer(T.variance, jax.tree.map(jnp.asarray, tree))
+    assert set(stats) == {"Dense_0", "Dense_1"}
+    # a zero update has no direction: cosines 0, not NaN
+    z = jnp.asarray(np.vstack([np.zeros(3), np.ones(3)]))
+    np.testing.assert_allclose(np.asarray(T.cosine_matrix(z)), [[0.0, 0.0], [0.0, 1.0]], rtol=1e-15, atol=0)
+    assert float(T.alignment(z, jnp.zeros(3))[1]) == 0.0
+    with pytest.raises(ValueError, match="leading worker axis"):
+        T.layer_matrices({"a": jnp.zeros((3, 2)), "b": jnp.zeros((4, 2))})
+
+
+def test_activations_of_a_flax_mlp_and_realised_shares():
+    from sim.models import MLP
+
+    rng = np.random.default_rng(4)
+    module = MLP(hidden=6, classes=3)
+    x = jnp.asarray(rng.normal(size=(7, 2, 5)))
+    params = module.init(jax.random.key(0), x)["params"]
+    acts = T.activations(module, params, x)
+    assert sorted(acts) == ["Dense_0", "Dense_1"]
+    W, b = np.asarray(params["Dense_0"]["kernel"]), np.asarray(params["Dense_0"]["bias"])
+    np.testing.assert_allclose(np.asarray(acts["Dense_0"]), np.asarray(x).reshape(7, -1) @ W + b, rtol=1e-12)
+    q = T.realised_shares([0, 2, 2, 1, 2], [1.0, 0.5, 0.5, 2.0, 1.0], 4)
+    np.testing.assert_allclose(q, [1 / 5, 2 / 5, 2 / 5, 0.0])
+    with pytest.raises(ValueError, match=r"worker indices must lie in \[0, 4\)"):
+        T.realised_shares([0, 4], [1.0, 1.0], 4)
