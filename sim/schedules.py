@@ -3,8 +3,9 @@
 Timing never depends on the model's values (DESIGN.md, "The event model"), so a whole run's
 event sequence is a handful of NumPy arrays. A :class:`Schedule` is built from a *timing model*
 (how long each job of each worker takes) and a *dispatch policy* (asynchronous: a worker
-restarts the moment it reports; barrier: synchronous rounds). Failures are a transform that
-marks some arrivals as lost.
+restarts the moment it reports; barrier: synchronous rounds; backup workers: rounds that close at
+the N-th of N + b results). Time-varying speeds (slowdowns, stalls) wrap a timing model
+(:class:`SlowdownTiming`). Failures are a transform that marks some arrivals as lost.
 
 Conventions, fixed once for every schedule:
 
@@ -261,6 +262,94 @@ class TraceTiming:
         return out
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class SlowdownTiming:
+    """Time-varying speeds on top of another timing model.
+
+    ``base``'s durations are read as *work*, done at speed 1. Each interval ``(worker, t0, t1,
+    factor)`` makes that worker ``factor`` times slower during simulated time [t0, t1)
+    (``factor = inf``: it stalls, doing no work; ``factor < 1``: it runs faster). A job that
+    starts at s with work w ends at the first time f with ∫_s^f speed = w. Intervals of one
+    worker must not overlap.
+
+    ``mean_durations`` stay the base model's (the nominal τ_i that τ-aware step rules are given):
+    a slowdown is something the algorithm is not told about.
+    """
+
+    base: object
+    intervals: tuple = ()
+    exact_clock = False
+
+    def __post_init__(self):
+        n = self.base.num_workers
+        items = []
+        for item in self.intervals:
+            if len(item) != 4:
+                raise ValueError(f"each slowdown must be (worker, t0, t1, factor); got {item!r}")
+            w, t0, t1, f = item
+            if isinstance(w, bool) or int(w) != w or not (0 <= int(w) < n):
+                raise ValueError(f"slowdown worker must be an integer in [0, {n}); got {w!r}")
+            t0, t1, f = float(t0), float(t1), float(f)
+            if not (math.isfinite(t0) and math.isfinite(t1) and 0 <= t0 < t1):
+                raise ValueError(f"slowdown interval needs finite 0 <= t0 < t1; got ({t0}, {t1})")
+            if not (f > 0):
+                raise ValueError(f"slowdown factor must be > 0 (inf: a stall); got {f}")
+            items.append((int(w), t0, t1, f))
+        for w in range(n):
+            mine = sorted(x for x in items if x[0] == w)
+            for a, b in zip(mine, mine[1:]):
+                if b[1] < a[2]:
+                    raise ValueError(f"worker {w}'s slowdowns overlap: [{a[1]}, {a[2]}) and [{b[1]}, {b[2]})")
+        object.__setattr__(self, "intervals", tuple(items))
+
+    @property
+    def num_workers(self) -> int:
+        return self.base.num_workers
+
+    @property
+    def mean_durations(self) -> np.ndarray:
+        return self.base.mean_durations
+
+    def durations(self, jobs_per_worker: int) -> np.ndarray:
+        return self.base.durations(jobs_per_worker)
+
+    def _work_curve(self, worker: int) -> tuple[np.ndarray, np.ndarray]:
+        """Breakpoints T and the work W(T) done by then; speed 1 after the last breakpoint."""
+        T, W = [0.0], [0.0]
+        for _, t0, t1, f in sorted(x for x in self.intervals if x[0] == worker):
+            W.append(W[-1] + (t0 - T[-1]))
+            T.append(t0)
+            W.append(W[-1] + (0.0 if math.isinf(f) else (t1 - t0) / f))
+            T.append(t1)
+        return np.asarray(T), np.asarray(W)
+
+    def work_at(self, worker: int, t) -> np.ndarray:
+        """∫_0^t speed: the work worker ``worker`` has done by time t (array-valued)."""
+        T, W = self._work_curve(worker)
+        t = np.asarray(t, np.float64)
+        return np.where(t <= T[-1], np.interp(t, T, W), W[-1] + (t - T[-1]))
+
+    def time_at(self, worker: int, work) -> np.ndarray:
+        """The first time by which ``work`` has been done (the inverse of :meth:`work_at`)."""
+        T, W = self._work_curve(worker)
+        v = np.asarray(work, np.float64)
+        k = np.searchsorted(W, v, side="left") - 1  # segment k: W[k] < v <= W[k + 1] (or past the end)
+        k = np.clip(k, 0, len(T) - 1)
+        last = k >= len(T) - 1
+        nxt = np.minimum(k + 1, len(T) - 1)
+        seg_speed = np.where(last, 1.0, (W[nxt] - W[k]) / np.where(last, 1.0, T[nxt] - T[k]))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = T[k] + (v - W[k]) / seg_speed
+        return np.where(v <= 0, 0.0, t)
+
+
+def _advance(timing, start: np.ndarray, work: np.ndarray) -> np.ndarray:
+    """Finish times of jobs that start at ``start[i]`` with work ``work[i]`` (per worker)."""
+    if not isinstance(timing, SlowdownTiming):
+        return start + work
+    return np.array([timing.time_at(i, timing.work_at(i, start[i]) + work[i]) for i in range(timing.num_workers)])
+
+
 # --- dispatch policies ------------------------------------------------------------------------
 
 
@@ -309,6 +398,10 @@ def asynchronous(timing: Timing, *, num_events: int | None, description: str = "
             ks = np.arange(1, jobs + 1, dtype=np.float64)
             finish = ks[None, :] * timing.mean_durations[:, None]  # closed form k·τ_i
             start = (ks - 1)[None, :] * timing.mean_durations[:, None]
+        elif isinstance(timing, SlowdownTiming):
+            work = np.cumsum(dur, axis=1)  # each worker starts at 0 and never waits
+            finish = np.stack([timing.time_at(i, work[i]) for i in range(n)])
+            start = np.concatenate([np.zeros((n, 1)), finish[:, :-1]], axis=1)
         else:
             with np.errstate(invalid="ignore"):
                 finish = np.cumsum(dur, axis=1)
@@ -363,7 +456,7 @@ def barrier(timing: Timing, *, num_rounds: int, description: str = "") -> Schedu
     worker_l, start_l, finish_l, round_l = [], [], [], []
     t = 0.0
     for r in range(num_rounds):
-        fin = t + dur[:, r]
+        fin = _advance(timing, np.full(n, t), dur[:, r])
         order = np.lexsort((np.arange(n), fin))
         worker_l.append(order)
         start_l.append(np.full(n, t))
@@ -410,7 +503,7 @@ def backup_workers(timing: Timing, *, num_rounds: int, backups: int, description
     worker_l, start_l, finish_l, round_l, deliv_l = [], [], [], [], []
     t = 0.0
     for r in range(num_rounds):
-        fin = t + dur[:, r]
+        fin = _advance(timing, np.full(n, t), dur[:, r])
         order = np.lexsort((np.arange(n), fin))
         close = float(fin[order[keep - 1]])
         late = np.sort(order[keep:])  # cancelled at the close, listed by worker index

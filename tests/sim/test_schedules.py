@@ -169,3 +169,38 @@ def test_backup_workers_with_none_is_the_barrier_and_bad_counts_are_refused():
     for bad in (3, -1, 1.5):
         with pytest.raises(ValueError, match=r"backups must be an integer in \[0, n\) = \[0, 3\)"):
             schedules.backup_workers(timing, num_rounds=2, backups=bad)
+
+
+def test_slowdowns_and_stalls_by_hand():
+    """Worker 0 (τ = 1) stalls over [2.5, 4): its third job does half its work, waits, ends at 4.5.
+    Worker 1 (τ = 1) runs half as fast over [1, 3): its second job ends at 3."""
+    base = schedules.FixedTiming(np.array([1.0, 1.0]))
+    slow = schedules.SlowdownTiming(base, ((0, 2.5, 4.0, np.inf), (1, 1.0, 3.0, 2.0)))
+    s = schedules.asynchronous(slow, num_events=8)
+    f0, f1 = s.finish[s.worker == 0], s.finish[s.worker == 1]
+    np.testing.assert_allclose(f0[:4], [1.0, 2.0, 4.5, 5.5])
+    np.testing.assert_allclose(f1[:3], [1.0, 3.0, 4.0])
+    np.testing.assert_allclose(s.start[s.worker == 0][:4], [0.0, 1.0, 2.0, 4.5])
+    assert np.all(np.diff(s.finish) >= 0)
+    # barrier rounds wait for the slower worker: round 1 ends at 3 (worker 1's slowdown), so round
+    # 2 starts inside worker 0's stall and ends at 5; round 3 ends at 6
+    b = schedules.barrier(slow, num_rounds=4)
+    np.testing.assert_allclose(b.finish.reshape(4, 2).max(axis=1), [1.0, 3.0, 5.0, 6.0])
+    np.testing.assert_allclose(b.finish[b.worker == 1], [1.0, 3.0, 4.0, 6.0])
+    np.testing.assert_array_equal(slow.mean_durations, [1.0, 1.0])  # the nominal τ, untouched
+
+
+def test_no_slowdown_leaves_the_schedule_unchanged_and_bad_intervals_are_refused():
+    base = schedules.RandomTiming(np.array([1.0, 2.0, 3.0]), seed=3)
+    for policy in (lambda t: schedules.asynchronous(t, num_events=60), lambda t: schedules.barrier(t, num_rounds=10)):
+        a, b = policy(base), policy(schedules.SlowdownTiming(base, ()))
+        for name in ("worker", "start", "finish", "version"):
+            np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=1e-15)
+    with pytest.raises(ValueError, match="overlap"):
+        schedules.SlowdownTiming(base, ((1, 0.0, 2.0, 2.0), (1, 1.0, 3.0, 2.0)))
+    with pytest.raises(ValueError, match=r"slowdown worker must be an integer in \[0, 3\)"):
+        schedules.SlowdownTiming(base, ((3, 0.0, 2.0, 2.0),))
+    with pytest.raises(ValueError, match="factor must be > 0"):
+        schedules.SlowdownTiming(base, ((0, 0.0, 2.0, 0.0),))
+    with pytest.raises(ValueError, match="0 <= t0 < t1"):
+        schedules.SlowdownTiming(base, ((0, 2.0, 1.0, 2.0),))
