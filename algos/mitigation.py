@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from algos import _checks
+from algos import _checks, hierarchy
 from algos.base import Algorithm, Event, HParams, Params
 from algos.tables import _check_int
 
@@ -122,3 +122,89 @@ def fedasync(*, mixing: float, local_stepsize: float, local_steps: int = 1, prox
     _validate(hp, 0)
     return Algorithm(f"fedasync_{staleness}", hp, _init, _fedasync_work, _APPLY[staleness], lambda s: s.params,
                      validate=_validate)
+
+
+# --- hierarchical SGD -------------------------------------------------------------------------
+
+class HierarchicalState(NamedTuple):
+    workers: Params  # every worker's parameters, stacked on a leading worker axis [n, ...]
+    step: jax.Array  # int32 [], local steps taken so far
+
+
+def _sgd_step_work(hparams: HParams, point: Params, oracle, key) -> Params:
+    """One SGD step of size γ from the worker's own parameters; returns the new parameters."""
+    _, g = oracle(point, key)
+    lr = jnp.asarray(hparams["stepsize"])
+    return jax.tree.map(lambda y, gg: y - lr.astype(y.dtype) * gg, point, g)
+
+
+def _group_mean(x: jax.Array, size: int) -> jax.Array:
+    n = x.shape[0]
+    g = jnp.mean(x.reshape((n // size, size) + x.shape[1:]), axis=1, keepdims=True)
+    return jnp.broadcast_to(g, (n // size, size) + x.shape[1:]).reshape(x.shape)
+
+
+def hierarchical_sgd(*, stepsize: float, levels: dict, warmup: int = 0) -> Algorithm:
+    """Hierarchical SGD (spec mitigation.md §4; PyTorch's HierarchicalModelAverager): every
+    worker takes local SGD steps of size γ on its own parameters; after step k, the groups of
+    ``sim.schedules.sync_level`` (consecutive blocks of workers) replace their members' parameters
+    by the group mean: all n for the first ``warmup`` steps (synchronous SGD), then the groups of
+    the longest period in ``levels = {period: group size}`` that divides k. Optimiser state is
+    not averaged (plain SGD has none). Run it on ``sim.schedules.hierarchical`` with the same
+    levels and warm-up, which gives the matching wall-clock; the model the metrics see is the
+    mean of the workers (the synchronised model after a global average).
+
+    A lost step (a failure) leaves that worker's parameters as they were.
+    """
+    _checks.check_stepsize("hierarchical_sgd", stepsize)
+    try:
+        n_top = max(int(v) for v in dict(levels).values())
+    except (TypeError, ValueError):
+        raise ValueError(f"hierarchical_sgd: levels must be a dict {{period: group size}}; got {levels!r}") from None
+    lv = hierarchy.check_levels(levels, n_top)
+    if isinstance(warmup, bool) or int(warmup) != warmup or warmup < 0:
+        raise ValueError(f"hierarchical_sgd: warmup must be an integer >= 0; got {warmup!r}")
+    warmup = int(warmup)
+    sizes = [s for _, s in lv]
+    periods = np.array([p for p, _ in lv])
+
+    def init(hparams, params, n):
+        stacked = jax.tree.map(lambda x: jnp.broadcast_to(x, (n,) + jnp.shape(x)), params)
+        return HierarchicalState(stacked, jnp.zeros((), jnp.int32))
+
+    def which(step):
+        """0: no averaging; ℓ + 1: level ℓ's groups average (the longest period dividing step)."""
+        idx = jnp.asarray(0, jnp.int32)
+        for l, p in enumerate(periods):  # ascending: the last match is the longest period
+            idx = jnp.where(step % int(p) == 0, l + 1, idx)
+        return jnp.where(step < warmup, len(sizes), idx)
+
+    def apply_round(hparams, state: HierarchicalState, messages, events: Event, mask):
+        ok = mask & events.delivered
+        slot_worker = jnp.where(mask, events.worker, 0)  # for gathering: always in range
+        n = jax.tree.leaves(state.workers)[0].shape[0]
+        target = jnp.where(ok, events.worker, n)  # for scattering: lost and padding slots write nowhere
+
+        def scatter(stacked, new):
+            return stacked.at[target].set(new, mode="drop")
+
+        workers = jax.tree.map(scatter, state.workers, messages)
+        level = which(state.step)
+        branches = [lambda w: w] + [lambda w, s=s: jax.tree.map(lambda x: _group_mean(x, s), w) for s in sizes]
+        workers = jax.lax.switch(level, branches, workers)
+        nxt = jax.tree.map(lambda x: x[slot_worker], workers)
+        synced = jnp.asarray([0] + sizes, jnp.float32)[level]
+        return (HierarchicalState(workers, state.step + 1), nxt,
+                {"group_size": jnp.where(mask, synced, 0.0)})
+
+    def validate(hparams, n):
+        _checks.check_stepsize("hierarchical_sgd", hparams["stepsize"])
+        if n:
+            try:
+                hierarchy.check_levels(dict(lv), n)
+            except ValueError as err:
+                raise ValueError(f"hierarchical_sgd: {err} (the problem has {n} workers)") from None
+
+    return Algorithm("hierarchical_sgd", {"stepsize": stepsize}, init, _sgd_step_work, None,
+                     lambda s: jax.tree.map(lambda x: jnp.mean(x, axis=0), s.workers),
+                     apply_round=apply_round, validate=validate, point_init=lambda hparams, params: params)

@@ -28,6 +28,8 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from algos.hierarchy import check_levels, sync_level
+
 NOISE_KINDS = ("exponential", "lognormal", "uniform", "halfnormal")
 
 
@@ -74,6 +76,9 @@ class Schedule:
       mean_durations: float64 [n], the timing model's expected duration per worker: the τ_i
         that theory and τ-aware step rules use.
       description: a one-line human-readable summary of how it was built.
+      compute_finish: float64 or None: when each job's computation ended, where that is earlier
+        than ``finish`` (hierarchical rounds: ``finish`` is when every worker has ended the
+        round's step, so that ``finish`` stays non-decreasing; this is each worker's own end).
     """
 
     worker: np.ndarray
@@ -86,11 +91,14 @@ class Schedule:
     policy: str
     mean_durations: np.ndarray
     description: str = ""
+    compute_finish: np.ndarray | None = None
 
     def __post_init__(self):
         for name in ("worker", "start", "finish", "version", "delivered", "round"):
             arr = getattr(self, name)
             arr.setflags(write=False)
+        if self.compute_finish is not None:
+            self.compute_finish.setflags(write=False)
         if self.num_events < 1:
             raise ValueError("a schedule needs at least one event; got 0")
 
@@ -526,6 +534,61 @@ def backup_workers(timing: Timing, *, num_rounds: int, backups: int, description
         policy="barrier",
         mean_durations=np.asarray(timing.mean_durations, dtype=np.float64).copy(),
         description=description or f"barrier with {b} backup worker(s) of {n}, {type(timing).__name__}, {num_rounds} rounds",
+    )
+
+
+def hierarchical(timing: Timing, *, num_steps: int, levels, warmup: int = 0, comm_time: float = 0.0,
+                 description: str = "") -> Schedule:
+    """Local steps with hierarchical group averaging (spec mitigation.md §4; PyTorch's
+    HierarchicalModelAverager): round k is every worker's k-th local step. After step k the
+    groups of :func:`sync_level` (consecutive blocks of workers) average, a blocking collective:
+    each member starts step k + 1 at the group's last end plus ``comm_time``. Groups that do not
+    average that step do not wait for anyone, so a straggler stalls only its own group until the
+    next longer-period average.
+
+    Events of round k carry ``finish`` = the time every worker has ended step k (non-decreasing),
+    ``start`` and ``compute_finish`` = each worker's own start and end.
+    """
+    num_steps = _check_count(num_steps, "num_steps")
+    n = timing.num_workers
+    lv = check_levels(levels, n)
+    if isinstance(warmup, bool) or int(warmup) != warmup or warmup < 0:
+        raise ValueError(f"warmup must be an integer >= 0; got {warmup!r}")
+    comm = float(comm_time)
+    if not (math.isfinite(comm) and comm >= 0):
+        raise ValueError(f"comm_time must be finite and >= 0; got {comm_time!r}")
+    dur = timing.durations(num_steps)
+    if not np.all(np.isfinite(dur)):
+        raise ValueError(f"num_steps={num_steps} exceeds the jobs the trace records for every worker")
+    begin = np.zeros(n)
+    worker_l, start_l, finish_l, compute_l = [], [], [], []
+    for k in range(num_steps):
+        end = _advance(timing, begin, dur[:, k])
+        order = np.lexsort((np.arange(n), end))
+        worker_l.append(order)
+        start_l.append(begin[order])
+        compute_l.append(end[order])
+        finish_l.append(np.full(n, end.max()))
+        size = sync_level(k, lv, int(warmup))
+        if size:
+            group_end = end.reshape(n // size, size).max(axis=1)
+            begin = np.repeat(group_end, size) + comm
+        else:
+            begin = end
+    rounds = np.repeat(np.arange(num_steps), n).astype(np.int64)
+    delivered = np.ones(rounds.shape[0], dtype=bool)
+    return Schedule(
+        worker=np.concatenate(worker_l).astype(np.int32),
+        start=np.concatenate(start_l),
+        finish=np.concatenate(finish_l),
+        version=_versions_barrier(rounds, delivered),
+        delivered=delivered,
+        round=rounds,
+        num_workers=n,
+        policy="barrier",
+        mean_durations=np.asarray(timing.mean_durations, dtype=np.float64).copy(),
+        description=description or f"hierarchical local steps, levels {dict(lv)}, warm-up {warmup}, {num_steps} steps",
+        compute_finish=np.concatenate(compute_l),
     )
 
 

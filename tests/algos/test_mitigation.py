@@ -72,3 +72,53 @@ def test_fedasync_refuses_bad_hyperparameters():
         algos.fedasync(mixing=0.5, local_stepsize=0.1, local_steps=0)
     with pytest.raises(ValueError, match="staleness parameter a must be finite and >= 0"):
         algos.fedasync(mixing=0.5, local_stepsize=0.1, a=-1.0)
+
+
+def _loop_hierarchical(A, b, steps, lr, levels, warmup):
+    from algos.hierarchy import check_levels, sync_level
+
+    lv = check_levels(levels, b.shape[0])
+    Y = np.zeros(b.shape)
+    for k in range(steps):
+        Y = np.stack([Y[i] - lr * quadratic_gradient(A, b, i, Y[i]) for i in range(b.shape[0])])
+        s = sync_level(k, lv, warmup)
+        if s:
+            Y = np.repeat(Y.reshape(-1, s, Y.shape[1]).mean(axis=1), s, axis=0)
+    return Y
+
+
+def test_hierarchical_sgd_equals_a_plain_loop():
+    prob = sim.problems.random_quadratic(8, 3, seed=6)
+    A, b = prob.curvature
+    levels, steps = {2: 2, 3: 4, 6: 8}, 25
+    sched = schedules.hierarchical(schedules.RandomTiming(np.arange(1.0, 9.0), seed=1), num_steps=steps,
+                                   levels=levels, warmup=2)
+    res = sim.run(algos.hierarchical_sgd(stepsize=0.1, levels=levels, warmup=2), prob, sched,
+                  key=jax.random.key(0), record_params=False)
+    Y = _loop_hierarchical(A, b, steps, 0.1, levels, 2)
+    assert rel_err(res.state.workers, Y) < 1e-13
+    assert rel_err(res.params, Y.mean(axis=0)) < 1e-13
+
+
+def test_hierarchical_sgd_degenerates_to_minibatch_and_local_sgd():
+    prob = sim.problems.random_quadratic(4, 3, seed=7)
+    A, b = prob.curvature
+    timing = schedules.FixedTiming(np.array([1.0, 2.0, 3.0, 4.0]))
+    # every step, everyone: synchronous minibatch SGD
+    every = sim.run(algos.hierarchical_sgd(stepsize=0.2, levels={1: 4}), prob,
+                    schedules.hierarchical(timing, num_steps=20, levels={1: 4}), key=jax.random.key(0))
+    mb = sim.run(algos.minibatch_sgd(stepsize=0.2), prob, schedules.barrier(timing, num_rounds=20), key=jax.random.key(0))
+    assert rel_err(every.params, mb.params) < 1e-13
+    np.testing.assert_allclose(every.metrics["time"][-1], mb.metrics["time"][-1])
+    # one level, period H: local SGD averaged every H steps (and at step 0, harmlessly)
+    loc = sim.run(algos.hierarchical_sgd(stepsize=0.2, levels={5: 4}), prob,
+                  schedules.hierarchical(timing, num_steps=20, levels={5: 4}), key=jax.random.key(0))
+    Y = np.zeros((4, 3))
+    for k in range(20):
+        Y = np.stack([Y[i] - 0.2 * quadratic_gradient(A, b, i, Y[i]) for i in range(4)])
+        if k % 5 == 0:
+            Y[:] = Y.mean(axis=0)
+    assert rel_err(loc.state.workers, Y) < 1e-13
+    with pytest.raises(ValueError, match="hold all 8 workers"):
+        sim.run(algos.hierarchical_sgd(stepsize=0.2, levels={2: 2, 4: 4}), sim.problems.random_quadratic(8, 2),
+                schedules.synchronous(np.ones(8), num_rounds=3), key=jax.random.key(0))

@@ -204,3 +204,31 @@ def test_no_slowdown_leaves_the_schedule_unchanged_and_bad_intervals_are_refused
         schedules.SlowdownTiming(base, ((0, 0.0, 2.0, 0.0),))
     with pytest.raises(ValueError, match="0 <= t0 < t1"):
         schedules.SlowdownTiming(base, ((0, 2.0, 1.0, 2.0),))
+
+
+def test_hierarchical_schedule_by_hand():
+    """n = 4, τ = (1, 1, 1, 3), pairs average every 2 steps, all 4 every 4 (the first call, step
+    0, is a global average, as in PyTorch). Worker 3 holds back everyone at steps 0 and 4 and only
+    its partner 2 at step 2."""
+    s = schedules.hierarchical(schedules.FixedTiming(np.array([1.0, 1.0, 1.0, 3.0])), num_steps=5,
+                               levels={2: 2, 4: 4})
+    own = np.zeros((5, 4))
+    begin = np.zeros((5, 4))
+    for e in range(s.num_events):
+        own[s.round[e], s.worker[e]] = s.compute_finish[e]
+        begin[s.round[e], s.worker[e]] = s.start[e]
+    np.testing.assert_allclose(own, [[1, 1, 1, 3], [4, 4, 4, 6], [5, 5, 5, 9], [6, 6, 10, 12], [7, 7, 11, 15]])
+    np.testing.assert_allclose(begin[1:], [[3, 3, 3, 3], [4, 4, 4, 6], [5, 5, 9, 9], [6, 6, 10, 12]])
+    np.testing.assert_allclose(s.finish.reshape(5, 4)[:, 0], own.max(axis=1))
+    # with a warm-up of 2 steps, step 1 is global too
+    w = schedules.hierarchical(schedules.FixedTiming(np.array([1.0, 1.0, 1.0, 3.0])), num_steps=3,
+                               levels={2: 2, 4: 4}, warmup=2, comm_time=0.5)
+    np.testing.assert_allclose(w.start[w.round == 2], 7.0)  # 3.5 + 3 (worker 3's step) + 0.5
+
+
+def test_hierarchical_levels_are_checked():
+    t = schedules.FixedTiming(np.ones(4))
+    for bad, msg in (({2: 3, 4: 4}, "each dividing the next"), ({2: 2}, "hold all 4 workers"),
+                     ({}, "at least one"), ({0: 4}, ">= 1"), ("x", "dict")):
+        with pytest.raises(ValueError, match=msg):
+            schedules.hierarchical(t, num_steps=3, levels=bad)

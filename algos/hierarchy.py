@@ -1,0 +1,37 @@
+"""Levels of hierarchical averaging, shared by the algorithm (``algos.mitigation.hierarchical_sgd``)
+and its schedule (``sim.schedules.hierarchical``): which group size averages after which step.
+Plain Python on integers; no engine, no arrays."""
+
+from __future__ import annotations
+
+
+def check_levels(levels, num_workers: int) -> tuple[tuple[int, int], ...]:
+    """Validate hierarchical-averaging levels ``{period: group size}`` (PyTorch's
+    HierarchicalModelAverager convention): periods increasing, group sizes increasing, each
+    dividing the next and the last equal to n. Returns ``((period, size), ...)`` sorted by period."""
+    try:
+        items = sorted((int(p), int(s)) for p, s in dict(levels).items())
+    except (TypeError, ValueError):
+        raise ValueError(f"levels must be a dict {{period: group size}} of positive integers; got {levels!r}") from None
+    if not items:
+        raise ValueError("levels must name at least one {period: group size}")
+    periods = [p for p, _ in items]
+    sizes = [s for _, s in items]
+    if periods[0] < 1 or sizes[0] < 1:
+        raise ValueError(f"periods and group sizes must be >= 1; got {dict(items)}")
+    if any(b <= a for a, b in zip(sizes, sizes[1:])) or any(b % a for a, b in zip(sizes, sizes[1:])):
+        raise ValueError(f"group sizes must increase with the period, each dividing the next; got {dict(items)}")
+    if sizes[-1] != num_workers:
+        raise ValueError(f"the longest period's group must hold all {num_workers} workers; got {dict(items)}")
+    return tuple(items)
+
+
+def sync_level(step: int, levels: tuple[tuple[int, int], ...], warmup: int) -> int:
+    """The group size that averages after local step ``step`` (0-based), 0 for none: during the
+    first ``warmup`` steps all n; then the group of the longest period dividing ``step``."""
+    if step < warmup:
+        return levels[-1][1]
+    for p, s in reversed(levels):
+        if step % p == 0:
+            return s
+    return 0
