@@ -461,7 +461,7 @@ def barrier(timing: Timing, *, num_rounds: int, description: str = "") -> Schedu
     dur = timing.durations(num_rounds)  # [n, R]: worker i's duration in round r
     if not np.all(np.isfinite(dur)):
         raise ValueError(f"num_rounds={num_rounds} exceeds the rounds the trace records for every worker")
-    worker_l, start_l, finish_l, round_l = [], [], [], []
+    worker_l, start_l, finish_l = [], [], []
     t = 0.0
     for r in range(num_rounds):
         fin = _advance(timing, np.full(n, t), dur[:, r])
@@ -469,10 +469,16 @@ def barrier(timing: Timing, *, num_rounds: int, description: str = "") -> Schedu
         worker_l.append(order)
         start_l.append(np.full(n, t))
         finish_l.append(fin[order])
-        round_l.append(np.full(n, r))
         t = float(fin.max())
-    rounds = np.concatenate(round_l).astype(np.int64)
-    delivered = np.ones(rounds.shape[0], dtype=bool)
+    return _rounds(timing, worker_l, start_l, finish_l, None,
+                   description or f"barrier {type(timing).__name__}, {num_rounds} rounds")
+
+
+def _rounds(timing, worker_l, start_l, finish_l, delivered, description, compute_finish=None) -> Schedule:
+    """A barrier-policy schedule from per-round lists of n events each (``delivered=None``: all)."""
+    n = timing.num_workers
+    rounds = np.repeat(np.arange(len(worker_l)), n).astype(np.int64)
+    delivered = np.ones(rounds.shape[0], dtype=bool) if delivered is None else delivered
     return Schedule(
         worker=np.concatenate(worker_l).astype(np.int32),
         start=np.concatenate(start_l),
@@ -483,7 +489,8 @@ def barrier(timing: Timing, *, num_rounds: int, description: str = "") -> Schedu
         num_workers=n,
         policy="barrier",
         mean_durations=np.asarray(timing.mean_durations, dtype=np.float64).copy(),
-        description=description or f"barrier {type(timing).__name__}, {num_rounds} rounds",
+        description=description,
+        compute_finish=None if compute_finish is None else np.concatenate(compute_finish),
     )
 
 
@@ -508,7 +515,7 @@ def backup_workers(timing: Timing, *, num_rounds: int, backups: int, description
     dur = timing.durations(num_rounds)
     if not np.all(np.isfinite(dur)):
         raise ValueError(f"num_rounds={num_rounds} exceeds the rounds the trace records for every worker")
-    worker_l, start_l, finish_l, round_l, deliv_l = [], [], [], [], []
+    worker_l, start_l, finish_l, deliv_l = [], [], [], []
     t = 0.0
     for r in range(num_rounds):
         fin = _advance(timing, np.full(n, t), dur[:, r])
@@ -519,22 +526,9 @@ def backup_workers(timing: Timing, *, num_rounds: int, backups: int, description
         start_l.append(np.full(n, t))
         finish_l.append(np.concatenate([fin[order[:keep]], np.full(b, close)]))
         deliv_l.append(np.arange(n) < keep)
-        round_l.append(np.full(n, r))
         t = close
-    rounds = np.concatenate(round_l).astype(np.int64)
-    delivered = np.concatenate(deliv_l)
-    return Schedule(
-        worker=np.concatenate(worker_l).astype(np.int32),
-        start=np.concatenate(start_l),
-        finish=np.concatenate(finish_l),
-        version=_versions_barrier(rounds, delivered),
-        delivered=delivered,
-        round=rounds,
-        num_workers=n,
-        policy="barrier",
-        mean_durations=np.asarray(timing.mean_durations, dtype=np.float64).copy(),
-        description=description or f"barrier with {b} backup worker(s) of {n}, {type(timing).__name__}, {num_rounds} rounds",
-    )
+    return _rounds(timing, worker_l, start_l, finish_l, np.concatenate(deliv_l),
+                   description or f"barrier with {b} backup worker(s) of {n}, {type(timing).__name__}, {num_rounds} rounds")
 
 
 def hierarchical(timing: Timing, *, num_steps: int, levels, warmup: int = 0, comm_time: float = 0.0,
@@ -575,21 +569,9 @@ def hierarchical(timing: Timing, *, num_steps: int, levels, warmup: int = 0, com
             begin = np.repeat(group_end, size) + comm
         else:
             begin = end
-    rounds = np.repeat(np.arange(num_steps), n).astype(np.int64)
-    delivered = np.ones(rounds.shape[0], dtype=bool)
-    return Schedule(
-        worker=np.concatenate(worker_l).astype(np.int32),
-        start=np.concatenate(start_l),
-        finish=np.concatenate(finish_l),
-        version=_versions_barrier(rounds, delivered),
-        delivered=delivered,
-        round=rounds,
-        num_workers=n,
-        policy="barrier",
-        mean_durations=np.asarray(timing.mean_durations, dtype=np.float64).copy(),
-        description=description or f"hierarchical local steps, levels {dict(lv)}, warm-up {warmup}, {num_steps} steps",
-        compute_finish=np.concatenate(compute_l),
-    )
+    return _rounds(timing, worker_l, start_l, finish_l, None,
+                   description or f"hierarchical local steps, levels {dict(lv)}, warm-up {warmup}, {num_steps} steps",
+                   compute_finish=compute_l)
 
 
 # --- convenience constructors (the public names) ----------------------------------------------
