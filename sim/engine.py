@@ -96,6 +96,7 @@ class _Static:
     record_params: bool = False
     batching: str = "vmap"  # how a block's worker jobs are batched: "vmap" or "map" (lax.map)
     runs: str = "vmap"  # how a sweep's runs are batched: "vmap" or "map" (one after another)
+    telemetry: Any = None  # telemetry(data, server_params, worker_points) -> dict, at every log point
 
 
 class WorkerOracle:
@@ -238,7 +239,7 @@ def _simulate(static: _Static, hparams, data, x0, key, ev, plan_events, targets)
 
     block = round_block if static.by_round else async_block
 
-    def measure(state):
+    def measure(state, points):
         x = params_of(state)
         loss, grad = jax.value_and_grad(fns.objective, argnums=1)(data, x)
         out = {"loss": loss, "grad_norm": jnp.sqrt(sum(jnp.sum(g * g) for g in jax.tree.leaves(grad)))}
@@ -246,6 +247,8 @@ def _simulate(static: _Static, hparams, data, x0, key, ev, plan_events, targets)
             out.update(fns.metrics(data, x))
         if static.record_params:
             out["params"] = x
+        if static.telemetry is not None:
+            out.update({f"telemetry/{k}": v for k, v in static.telemetry(data, x, points).items()})
         for name, target in targets.items():
             out[f"dist_{name}"] = jnp.sqrt(sum(jnp.sum((a - b) ** 2) for a, b in zip(jax.tree.leaves(x), jax.tree.leaves(target))))
         return out
@@ -253,7 +256,7 @@ def _simulate(static: _Static, hparams, data, x0, key, ev, plan_events, targets)
     def chunks(carry, plan, padded):
         def chunk(carry, blocks):
             carry, _ = jax.lax.scan(lambda c, idx: block(c, idx, padded), carry, blocks)
-            return carry, measure(carry[0])
+            return carry, measure(carry[0], carry[1])
 
         return jax.lax.scan(chunk, carry, plan)
 
@@ -265,7 +268,7 @@ def _simulate(static: _Static, hparams, data, x0, key, ev, plan_events, targets)
             carry, m = chunks(carry, plan, padded)
             parts.append(m)
     metrics = jax.tree.map(lambda *a: jnp.concatenate(a), *parts) if len(parts) > 1 else parts[0]
-    first = measure(state0)
+    first = measure(state0, points0)
     metrics = {k: jnp.concatenate([first[k][None], v]) for k, v in metrics.items()}
     state, _, tail, tail_w, sums, bad, last_good = carry
     # NaN when no event was committed inside the window (a run that diverged before it).
@@ -417,8 +420,10 @@ def _check_key(key, *, batched: bool):
 
 
 def _prepare(alg, problem, schedule, *, hparams, log_every, block_size, targets, average_from, batched,
-             record_params=False, batching="vmap", num_keys=1, runs="vmap"):
+             record_params=False, batching="vmap", num_keys=1, runs="vmap", telemetry=None):
     by_round = _validate(alg, problem, schedule)
+    if telemetry is not None and not callable(telemetry):
+        raise TypeError(f"telemetry must be a function (data, server_params, worker_points) -> dict; got {type(telemetry).__name__}")
     if not (0.0 <= float(average_from) < 1.0):
         raise ValueError(f"average_from must be in [0, 1) (a fraction of the run's end time); got {average_from!r}")
     dtype = _float_dtype_of(problem.x0)
@@ -432,7 +437,8 @@ def _prepare(alg, problem, schedule, *, hparams, log_every, block_size, targets,
     batched_runs = (H or 1) * num_keys if runs == "vmap" else 1  # the block-size choice depends on it
     plan = plan_blocks(schedule, log_every=log_every, block_size=block_size, by_round=by_round, runs=batched_runs)
     ev, window = _event_arrays(schedule, average_from, dtype)
-    static = _Static(alg.functions, problem.fns, problem.num_workers, by_round, bool(record_params), batching, runs)
+    static = _Static(alg.functions, problem.fns, problem.num_workers, by_round, bool(record_params), batching, runs,
+                     telemetry)
     return static, hp, H, plan, ev, window, _targets(problem, targets, dtype)
 
 
@@ -459,7 +465,8 @@ def _to_numpy(tree):
 
 def run(alg: Algorithm, problem: Problem, schedule: Schedule, *, key, hparams: Optional[dict] = None,
         log_every: Optional[int] = None, block_size: int | str = "auto", targets: Optional[dict] = None,
-        average_from: float = 0.5, record_params: bool = False, batching: str = "vmap") -> RunResult:
+        average_from: float = 0.5, record_params: bool = False, batching: str = "vmap",
+        telemetry=None) -> RunResult:
     """Run ``alg`` on ``problem`` along ``schedule``.
 
     Args:
@@ -476,6 +483,11 @@ def run(alg: Algorithm, problem: Problem, schedule: Schedule, *, key, hparams: O
       record_params: also log the server model itself at every log point (``metrics["params"]``).
       batching: how a block's worker jobs run: ``"vmap"`` (batched) or ``"map"`` (``lax.map``,
         one after another; see benchmarks/RESULTS.md for when each is faster).
+      telemetry: ``telemetry(data, server_params, worker_points) -> {name: array}``, computed
+        inside the compiled run at every log point (``worker_points`` is what each worker was
+        last handed, stacked on a leading worker axis); logged as ``metrics["telemetry/<name>"]``.
+        Give a hashable function (a module-level one or a frozen dataclass such as
+        :class:`sim.telemetry.WorkerSpread`): it keys the compiled code.
 
     Returns:
       a :class:`RunResult`.
@@ -484,7 +496,7 @@ def run(alg: Algorithm, problem: Problem, schedule: Schedule, *, key, hparams: O
     static, hp, _, plan, ev, window, tg = _prepare(
         alg, problem, schedule, hparams=hparams, log_every=log_every, block_size=block_size,
         targets=targets, average_from=average_from, batched=False, record_params=record_params,
-        batching=batching)
+        batching=batching, telemetry=telemetry)
     with jax.threefry_partitionable(True):
         out = _simulate_jit(static, hp, problem.data, problem.x0, key, ev, _split_plan(plan), tg)
     out = _to_numpy(out)
@@ -505,7 +517,7 @@ def run(alg: Algorithm, problem: Problem, schedule: Schedule, *, key, hparams: O
 def sweep(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys, hparams: Optional[dict] = None,
           log_every: Optional[int] = None, block_size: int | str = "auto", targets: Optional[dict] = None,
           average_from: float = 0.5, record_params: bool = False, batching: str = "vmap",
-          runs: str = "vmap") -> RunResult:
+          runs: str = "vmap", telemetry=None) -> RunResult:
     """Many runs in one compiled call: a grid of hyperparameter values × seeds.
 
     Args:
@@ -528,7 +540,7 @@ def sweep(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys, hparams
     static, hp, _, plan, ev, window, tg = _prepare(
         alg, problem, schedule, hparams=hparams, log_every=log_every, block_size=block_size,
         targets=targets, average_from=average_from, batched=True, record_params=record_params,
-        batching=batching, num_keys=len(keys), runs=runs)
+        batching=batching, num_keys=len(keys), runs=runs, telemetry=telemetry)
     with jax.threefry_partitionable(True):
         out = _sweep_jit(static, hp, problem.data, problem.x0, keys, ev, _split_plan(plan), tg)
     out = _to_numpy(out)

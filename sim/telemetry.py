@@ -35,6 +35,7 @@ A zero vector has no direction: its cosines are 0, not NaN.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 import jax
@@ -235,3 +236,30 @@ def realised_shares(worker, weight, num_workers: int) -> np.ndarray:
     tot = np.bincount(worker, weights=weight, minlength=num_workers)
     s = tot.sum()
     return tot / s if s > 0 else tot
+
+
+# --- at the engine's log points ---------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSpread:
+    """Per-layer spread of the workers' models, for ``sim.run(..., telemetry=WorkerSpread())``:
+    at every log point, ``consensus/<layer>`` = Ξ² of the workers' parameters and
+    ``drift/<layer>`` = [n] each worker's distance to the server model.
+
+    ``field`` names the attribute of a worker's point that holds its parameters (elastic
+    averaging's ``WorkerState``: ``"params"``); ``None``: the point is the parameters (ASGD,
+    hierarchical SGD). For algorithms that hand workers the server model, drift is the distance
+    from the model a worker holds to the current one, i.e. how stale its copy is."""
+
+    field: str | None = None
+
+    def __call__(self, data, server, points) -> dict:
+        del data
+        y = points if self.field is None else getattr(points, self.field)
+        ys, xs = layer_matrices(y), layer_matrices(jax.tree.map(lambda v: v[None], server))
+        out = {}
+        for name, m in ys.items():
+            out[f"consensus/{name}"] = consensus_distance(m)
+            out[f"drift/{name}"] = drift(m, xs[name][0])
+        return out

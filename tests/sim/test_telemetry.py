@@ -138,3 +138,32 @@ def test_activations_of_a_flax_mlp_and_realised_shares():
     np.testing.assert_allclose(q, [1 / 5, 2 / 5, 2 / 5, 0.0])
     with pytest.raises(ValueError, match=r"worker indices must lie in \[0, 4\)"):
         T.realised_shares([0, 4], [1.0, 1.0], 4)
+
+
+def test_worker_spread_at_the_log_points_of_hierarchical_sgd():
+    """Logged inside the compiled run, against a plain loop: zero consensus distance after every
+    global average (steps divisible by 3), the loop's Ξ² and drift from the mean in between."""
+    import algos
+    import sim
+    from sim import schedules
+    from sim.reference import quadratic_gradient
+
+    prob = sim.problems.random_quadratic(4, 3, seed=1)
+    A, b = prob.curvature
+    levels, steps = {3: 4}, 9
+    sched = schedules.hierarchical(schedules.FixedTiming(np.ones(4)), num_steps=steps, levels=levels)
+    res = sim.run(algos.hierarchical_sgd(stepsize=0.1, levels=levels), prob, sched, key=jax.random.key(0),
+                  log_every=4, telemetry=T.WorkerSpread())
+    cons, drift = res.metrics["telemetry/consensus/params"], res.metrics["telemetry/drift/params"]
+    assert cons.shape == (steps + 1,) and drift.shape == (steps + 1, 4)
+    Y = np.zeros((4, 3))
+    for k in range(steps):
+        Y = np.stack([Y[i] - 0.1 * quadratic_gradient(A, b, i, Y[i]) for i in range(4)])
+        if k % 3 == 0:
+            Y[:] = Y.mean(axis=0)
+        ybar = Y.mean(axis=0)
+        assert cons[k + 1] == pytest.approx(np.mean(np.sum((Y - ybar) ** 2, axis=1)), rel=1e-12, abs=1e-30)
+        np.testing.assert_allclose(drift[k + 1], np.linalg.norm(Y - ybar, axis=1), rtol=1e-12, atol=1e-15)
+    assert cons[1] == 0.0 and cons[4] == 0.0 and cons[2] > 0.0
+    with pytest.raises(TypeError, match="telemetry must be a function"):
+        sim.run(algos.hierarchical_sgd(stepsize=0.1, levels=levels), prob, sched, key=jax.random.key(0), telemetry=3)
