@@ -147,7 +147,7 @@ def _group_mean(x: jax.Array, size: int) -> jax.Array:
 def hierarchical_sgd(*, stepsize: float, levels: dict, warmup: int = 0) -> Algorithm:
     """Hierarchical SGD (spec mitigation.md §4; PyTorch's HierarchicalModelAverager): every
     worker takes local SGD steps of size γ on its own parameters; after step k, the groups of
-    ``sim.schedules.sync_level`` (consecutive blocks of workers) replace their members' parameters
+    ``algos.hierarchy.sync_level`` (consecutive blocks of workers) replace their members' parameters
     by the group mean: all n for the first ``warmup`` steps (synchronous SGD), then the groups of
     the longest period in ``levels = {period: group size}`` that divides k. Optimiser state is
     not averaged (plain SGD has none). Run it on ``sim.schedules.hierarchical`` with the same
