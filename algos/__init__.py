@@ -17,7 +17,7 @@ from algos.asgd import (
     staleness_aware_step,
 )
 from algos.base import Algorithm, Event, gradient_work
-from algos.mitigation import fedasync, hierarchical_sgd, staleness_weight
+from algos.mitigation import fedasync, hierarchical_sgd, staleness_weight, staleness_weighted_asgd
 from algos.local import async_local_sgd, dylu_local_steps, local_adamw_work, local_sgd_work
 from algos.rounds import malenia_sgd, point_and_gradient_work, rennala_sgd, ringleader_asgd
 from algos.sync import minibatch_sgd
@@ -56,4 +56,5 @@ __all__ = [
     "staleness_aware_asgd",
     "staleness_aware_step",
     "staleness_weight",
+    "staleness_weighted_asgd",
 ]

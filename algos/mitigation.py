@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from algos import _checks, hierarchy
+from algos.asgd import asgd_with_step_rule
 from algos.base import Algorithm, Event, HParams, Params
 from algos.tables import _check_int
 
@@ -208,3 +209,38 @@ def hierarchical_sgd(*, stepsize: float, levels: dict, warmup: int = 0) -> Algor
     return Algorithm("hierarchical_sgd", {"stepsize": stepsize}, init, _sgd_step_work, None,
                      lambda s: jax.tree.map(lambda x: jnp.mean(x, axis=0), s.workers),
                      apply_round=apply_round, validate=validate, point_init=lambda hparams, params: params)
+
+
+# --- ASGD with a staleness weighting ----------------------------------------------------------
+
+def _make_step_rule(kind: str):
+    fn = STALENESS[kind]
+
+    def step(hparams: HParams, event: Event) -> jax.Array:
+        gamma = jnp.asarray(hparams["stepsize"])
+        return gamma * fn(hparams, event.staleness.astype(gamma.dtype))
+
+    step.__name__ = f"staleness_weighted_step_{kind}"
+    return step
+
+
+_STEP_RULES = {k: _make_step_rule(k) for k in STALENESS}
+
+
+def _validate_weighted(hparams: HParams, num_workers: int) -> None:
+    _checks.check_stepsize("staleness_weighted_asgd", hparams["stepsize"])
+    for name in ("a", "b"):
+        v = np.asarray(hparams[name], np.float64)
+        if not np.all(np.isfinite(v) & (v >= 0)):
+            raise ValueError(f"staleness_weighted_asgd: staleness parameter {name} must be finite and >= 0; got {hparams[name]!r}")
+
+
+def staleness_weighted_asgd(*, stepsize: float, staleness: str = "polynomial", a: float = 0.5, b: float = 4.0) -> Algorithm:
+    """ASGD whose step for a gradient δ updates stale is γ·s(δ), with s one of this module's
+    staleness functions (FedAsync's polynomial and hinge, FedBuff's; ``constant`` is vanilla ASGD).
+    Staleness-aware ASGD's γ/max(1, δ) is ``algos.staleness_aware_asgd``."""
+    if staleness not in STALENESS:
+        raise ValueError(f"staleness_weighted_asgd: staleness must be one of {sorted(STALENESS)}; got {staleness!r}")
+    hp = {"stepsize": stepsize, "a": a, "b": b}
+    _validate_weighted(hp, 0)
+    return asgd_with_step_rule(f"staleness_weighted_asgd_{staleness}", _STEP_RULES[staleness], hp, _validate_weighted)

@@ -122,3 +122,16 @@ def test_hierarchical_sgd_degenerates_to_minibatch_and_local_sgd():
     with pytest.raises(ValueError, match="hold all 8 workers"):
         sim.run(algos.hierarchical_sgd(stepsize=0.2, levels={2: 2, 4: 4}), sim.problems.random_quadratic(8, 2),
                 schedules.synchronous(np.ones(8), num_rounds=3), key=jax.random.key(0))
+
+
+def test_staleness_weighted_asgd_refuses_bad_input_and_constant_is_vanilla():
+    with pytest.raises(ValueError, match="staleness must be one of"):
+        algos.staleness_weighted_asgd(stepsize=0.1, staleness="exp")
+    with pytest.raises(ValueError, match="staleness parameter b must be finite and >= 0"):
+        algos.staleness_weighted_asgd(stepsize=0.1, b=-1.0)
+    prob = sim.problems.random_quadratic(3, 2, seed=1)
+    sched = schedules.fixed_computation([1.0, 2.0, 5.0], num_events=60)
+    assert sched.staleness.max() > 2  # stale arrivals, where a non-constant s would differ
+    c = sim.run(algos.staleness_weighted_asgd(stepsize=0.1, staleness="constant"), prob, sched, key=jax.random.key(0))
+    v = sim.run(algos.asgd(stepsize=0.1), prob, sched, key=jax.random.key(0))
+    assert rel_err(c.params, v.params) < 1e-13

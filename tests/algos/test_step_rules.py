@@ -23,6 +23,10 @@ CASES = {
     "delay_adaptive": (lambda: algos.delay_adaptive_asgd(stepsize=0.05, num_workers=4),
                        lambda i, st: 0.05 * 4 / max(4, st)),
     "staleness_aware": (lambda: algos.staleness_aware_asgd(stepsize=0.05), lambda i, st: 0.05 / max(1, st)),
+    "fedasync_polynomial": (lambda: algos.staleness_weighted_asgd(stepsize=0.05, staleness="polynomial", a=0.5),
+                            lambda i, st: 0.05 * (st + 1.0) ** -0.5),
+    "fedasync_hinge": (lambda: algos.staleness_weighted_asgd(stepsize=0.05, staleness="hinge", a=0.5, b=2.0),
+                       lambda i, st: 0.05 if st <= 2 else 0.05 / (0.5 * (st - 2) + 1.0)),
     "inverse_tau": (lambda: algos.inverse_tau_asgd(stepsize=0.05, taus=TAUS),
                     lambda i, st: 0.05 * (4 / np.sum(1 / TAUS)) / TAUS[i]),
 }
