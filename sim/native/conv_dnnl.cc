@@ -139,44 +139,36 @@ ffi::Error Guard(F f) {
   }
 }
 
-ffi::Error ConvImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w, ffi::ResultBuffer<ffi::F32> y) {
-  auto xd = x.dimensions(), wd = w.dimensions(), yd = y->dimensions();
-  if (auto e = Check(xd.size() == 4 && wd.size() == 4 && yd.size() == 4 && wd[2] == xd[3] && yd[0] == xd[0] &&
-                         yd[1] == xd[1] && yd[2] == xd[2] && yd[3] == wd[3],
-                     "shapes must be x [N,H,W,C], w [KH,KW,C,O], y [N,H,W,O]");
+// The three handlers' common part: check that the activations x [N,H,W,C], the kernel w
+// [KH,KW,C,O] and the output-side tensor g [N,H,W,O] agree, then run ``kind`` on (a, b) -> out.
+template <typename Dims>
+ffi::Error Launch(Kind kind, const Dims& xd, const Dims& wd, const Dims& gd, const char* shapes, const float* a,
+                  const float* b, float* out) {
+  if (auto e = Check(xd.size() == 4 && wd.size() == 4 && gd.size() == 4 && wd[2] == xd[3] && gd[0] == xd[0] &&
+                         gd[1] == xd[1] && gd[2] == xd[2] && gd[3] == wd[3],
+                     shapes);
       e.failure())
     return e;
-  return Guard([&] {
-    Run({kForward, xd[0], xd[1], xd[2], xd[3], wd[3], wd[0], wd[1]}, x.typed_data(), w.typed_data(),
-        y->typed_data());
-  });
+  return Guard([&] { Run({kind, xd[0], xd[1], xd[2], xd[3], wd[3], wd[0], wd[1]}, a, b, out); });
+}
+
+ffi::Error ConvImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w, ffi::ResultBuffer<ffi::F32> y) {
+  return Launch(kForward, x.dimensions(), w.dimensions(), y->dimensions(),
+                "shapes must be x [N,H,W,C], w [KH,KW,C,O], y [N,H,W,O]", x.typed_data(), w.typed_data(),
+                y->typed_data());
 }
 
 ffi::Error ConvBackwardDataImpl(ffi::Buffer<ffi::F32> g, ffi::Buffer<ffi::F32> w, ffi::ResultBuffer<ffi::F32> dx) {
-  auto gd = g.dimensions(), wd = w.dimensions(), xd = dx->dimensions();
-  if (auto e = Check(xd.size() == 4 && wd.size() == 4 && gd.size() == 4 && wd[2] == xd[3] && gd[0] == xd[0] &&
-                         gd[1] == xd[1] && gd[2] == xd[2] && gd[3] == wd[3],
-                     "shapes must be g [N,H,W,O], w [KH,KW,C,O], dx [N,H,W,C]");
-      e.failure())
-    return e;
-  return Guard([&] {
-    Run({kBackwardData, xd[0], xd[1], xd[2], xd[3], wd[3], wd[0], wd[1]}, g.typed_data(), w.typed_data(),
-        dx->typed_data());
-  });
+  return Launch(kBackwardData, dx->dimensions(), w.dimensions(), g.dimensions(),
+                "shapes must be g [N,H,W,O], w [KH,KW,C,O], dx [N,H,W,C]", g.typed_data(), w.typed_data(),
+                dx->typed_data());
 }
 
 ffi::Error ConvBackwardWeightsImpl(ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> g,
                                    ffi::ResultBuffer<ffi::F32> dw) {
-  auto xd = x.dimensions(), gd = g.dimensions(), wd = dw->dimensions();
-  if (auto e = Check(xd.size() == 4 && wd.size() == 4 && gd.size() == 4 && wd[2] == xd[3] && gd[0] == xd[0] &&
-                         gd[1] == xd[1] && gd[2] == xd[2] && gd[3] == wd[3],
-                     "shapes must be x [N,H,W,C], g [N,H,W,O], dw [KH,KW,C,O]");
-      e.failure())
-    return e;
-  return Guard([&] {
-    Run({kBackwardWeights, xd[0], xd[1], xd[2], xd[3], wd[3], wd[0], wd[1]}, x.typed_data(), g.typed_data(),
-        dw->typed_data());
-  });
+  return Launch(kBackwardWeights, x.dimensions(), dw->dimensions(), g.dimensions(),
+                "shapes must be x [N,H,W,C], g [N,H,W,O], dw [KH,KW,C,O]", x.typed_data(), g.typed_data(),
+                dw->typed_data());
 }
 
 }  // namespace
