@@ -35,3 +35,10 @@ def sync_level(step: int, levels: tuple[tuple[int, int], ...], warmup: int) -> i
         if step % p == 0:
             return s
     return 0
+
+
+def check_warmup(warmup) -> int:
+    """The warm-up (synchronous steps before the levels apply) must be an integer >= 0."""
+    if isinstance(warmup, bool) or int(warmup) != warmup or warmup < 0:
+        raise ValueError(f"warmup must be an integer >= 0; got {warmup!r}")
+    return int(warmup)

@@ -57,6 +57,14 @@ def staleness_weight(kind: str, delta, *, a: float = 0.5, b: float = 4.0) -> jax
     return STALENESS[kind]({"a": a, "b": b}, jnp.asarray(delta, jnp.result_type(float)))
 
 
+def _check_staleness_params(algo: str, hparams: HParams) -> None:
+    """The staleness function's a and b must be finite and >= 0 (a sweep axis is allowed)."""
+    for name in ("a", "b"):
+        v = np.asarray(hparams[name], np.float64)
+        if not np.all(np.isfinite(v) & (v >= 0)):
+            raise ValueError(f"{algo}: staleness parameter {name} must be finite and >= 0; got {hparams[name]!r}")
+
+
 class FedAsyncState(NamedTuple):
     params: Params
 
@@ -100,10 +108,7 @@ def _validate(hparams: HParams, num_workers: int) -> None:
         raise ValueError(f"fedasync: mixing α must be in (0, 1]; got {hparams['mixing']!r}")
     _checks.check_stepsize("fedasync", hparams["local_stepsize"], argument="local_stepsize")
     _checks.check_stepsize("fedasync", hparams["prox"], argument="prox")
-    for name in ("a", "b"):
-        v = np.asarray(hparams[name], np.float64)
-        if not np.all(np.isfinite(v) & (v >= 0)):
-            raise ValueError(f"fedasync: staleness parameter {name} must be finite and >= 0; got {hparams[name]!r}")
+    _check_staleness_params("fedasync", hparams)
 
 
 def fedasync(*, mixing: float, local_stepsize: float, local_steps: int = 1, prox: float = 0.0,
@@ -163,9 +168,10 @@ def hierarchical_sgd(*, stepsize: float, levels: dict, warmup: int = 0) -> Algor
     except (TypeError, ValueError):
         raise ValueError(f"hierarchical_sgd: levels must be a dict {{period: group size}}; got {levels!r}") from None
     lv = hierarchy.check_levels(levels, n_top)
-    if isinstance(warmup, bool) or int(warmup) != warmup or warmup < 0:
-        raise ValueError(f"hierarchical_sgd: warmup must be an integer >= 0; got {warmup!r}")
-    warmup = int(warmup)
+    try:
+        warmup = hierarchy.check_warmup(warmup)
+    except ValueError as err:
+        raise ValueError(f"hierarchical_sgd: {err}") from None
     sizes = [s for _, s in lv]
     periods = np.array([p for p, _ in lv])
 
@@ -229,10 +235,7 @@ _STEP_RULES = {k: _make_step_rule(k) for k in STALENESS}
 
 def _validate_weighted(hparams: HParams, num_workers: int) -> None:
     _checks.check_stepsize("staleness_weighted_asgd", hparams["stepsize"])
-    for name in ("a", "b"):
-        v = np.asarray(hparams[name], np.float64)
-        if not np.all(np.isfinite(v) & (v >= 0)):
-            raise ValueError(f"staleness_weighted_asgd: staleness parameter {name} must be finite and >= 0; got {hparams[name]!r}")
+    _check_staleness_params("staleness_weighted_asgd", hparams)
 
 
 def staleness_weighted_asgd(*, stepsize: float, staleness: str = "polynomial", a: float = 0.5, b: float = 4.0) -> Algorithm:

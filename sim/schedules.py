@@ -28,7 +28,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from algos.hierarchy import check_levels, sync_level
+from algos.hierarchy import check_levels, check_warmup, sync_level
 
 NOISE_KINDS = ("exponential", "lognormal", "uniform", "halfnormal")
 
@@ -546,8 +546,7 @@ def hierarchical(timing: Timing, *, num_steps: int, levels, warmup: int = 0, com
     num_steps = _check_count(num_steps, "num_steps")
     n = timing.num_workers
     lv = check_levels(levels, n)
-    if isinstance(warmup, bool) or int(warmup) != warmup or warmup < 0:
-        raise ValueError(f"warmup must be an integer >= 0; got {warmup!r}")
+    warmup = check_warmup(warmup)
     comm = float(comm_time)
     if not (math.isfinite(comm) and comm >= 0):
         raise ValueError(f"comm_time must be finite and >= 0; got {comm_time!r}")
@@ -563,7 +562,7 @@ def hierarchical(timing: Timing, *, num_steps: int, levels, warmup: int = 0, com
         start_l.append(begin[order])
         compute_l.append(end[order])
         finish_l.append(np.full(n, end.max()))
-        size = sync_level(k, lv, int(warmup))
+        size = sync_level(k, lv, warmup)
         if size:
             group_end = end.reshape(n // size, size).max(axis=1)
             begin = np.repeat(group_end, size) + comm
