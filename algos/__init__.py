@@ -21,6 +21,8 @@ from algos.mitigation import fedasync, hierarchical_sgd, staleness_weight, stale
 from algos.local import async_local_sgd, dylu_local_steps, local_adamw_work, local_sgd_work
 from algos.rounds import malenia_sgd, point_and_gradient_work, rennala_sgd, ringleader_asgd
 from algos.sync import minibatch_sgd
+from algos.wbsp import slowest_worker as wbsp_slowest_worker
+from algos.wbsp import wbsp
 from algos.tables import fedbuff_asgd, ia2sgd, ringmaster_asgd
 
 __all__ = [
@@ -57,4 +59,6 @@ __all__ = [
     "staleness_aware_step",
     "staleness_weight",
     "staleness_weighted_asgd",
+    "wbsp",
+    "wbsp_slowest_worker",
 ]

@@ -42,27 +42,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from algos.layers import layer_names, leaf_layers  # noqa: F401  (layer_names is part of this module's API)
+
 _TINY = 1e-30
 
 
 # --- layers -----------------------------------------------------------------------------------
-
-def _key_name(k) -> str:
-    for attr in ("key", "name", "idx"):
-        if hasattr(k, attr):
-            return str(getattr(k, attr))
-    return str(k)
-
-
-def layer_names(tree) -> list[str]:
-    """The layer names of a parameter pytree, in the order of its leaves (see the module doc)."""
-    names: list[str] = []
-    for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        name = "/".join(_key_name(k) for k in (path[:-1] if len(path) > 1 else path)) or "params"
-        if name not in names:
-            names.append(name)
-    return names
-
 
 def layer_matrices(stacked) -> dict[str, jax.Array]:
     """``{layer: [n, d_ℓ]}`` from a pytree whose leaves have a leading worker axis ``n``: each
@@ -74,8 +59,7 @@ def layer_matrices(stacked) -> dict[str, jax.Array]:
     if len(n) != 1 or None in n:
         raise ValueError(f"layer_matrices: every leaf needs the same leading worker axis; got leading sizes {sorted(map(str, n))}")
     groups: dict[str, list] = {}
-    for path, v in leaves:
-        name = "/".join(_key_name(k) for k in (path[:-1] if len(path) > 1 else path)) or "params"
+    for name, (_, v) in zip(leaf_layers(stacked), leaves):
         groups.setdefault(name, []).append(jnp.reshape(v, (jnp.shape(v)[0], -1)))
     return {k: (v[0] if len(v) == 1 else jnp.concatenate(v, axis=1)) for k, v in groups.items()}
 

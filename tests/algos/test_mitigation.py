@@ -135,3 +135,64 @@ def test_staleness_weighted_asgd_refuses_bad_input_and_constant_is_vanilla():
     c = sim.run(algos.staleness_weighted_asgd(stepsize=0.1, staleness="constant"), prob, sched, key=jax.random.key(0))
     v = sim.run(algos.asgd(stepsize=0.1), prob, sched, key=jax.random.key(0))
     assert rel_err(c.params, v.params) < 1e-13
+
+
+def _loop_wbsp(A, b, sched, *, lr, slow):
+    n, dim = b.shape
+    x = np.zeros(dim)
+    points = np.zeros((n, dim))
+    pull = np.zeros(n, bool)
+    pulled = []
+    for e, i in enumerate(sched.worker):
+        delta = -lr * quadratic_gradient(A, b, i, points[i])
+        ok = sched.delivered[e]
+        if ok:
+            x = x + delta / n
+            if i == slow:
+                pull[:] = True
+        pulls = pull[i] or not ok
+        pull[i] = pull[i] and not pulls
+        points[i] = x.copy() if pulls else points[i] + delta
+        pulled.append(pulls)
+    return x, points, np.array(pulled)
+
+
+def test_wbsp_equals_a_plain_loop_and_fast_workers_pull_after_the_slow_push():
+    prob = sim.problems.random_quadratic(3, 3, seed=5)
+    A, b = prob.curvature
+    sched = schedules.with_failures(schedules.random_durations([1.0, 1.5, 4.0], num_events=90, seed=3),
+                                    probability=0.1, seed=2)
+    slow = algos.wbsp_slowest_worker(sched)
+    assert slow == 2
+    res = sim.run(algos.wbsp(stepsize=0.05, slowest=slow), prob, sched, key=jax.random.key(0))
+    x, _, pulled = _loop_wbsp(A, b, sched, lr=0.05, slow=slow)
+    assert rel_err(res.params, x) < 1e-12
+    per_worker = [pulled[(sched.worker == i) & sched.delivered].mean() for i in range(3)]
+    assert per_worker[2] == 1.0 and max(per_worker[:2]) < 0.6  # the slow one always pulls, fast ones rarely
+
+
+def test_wbsp_by_hand_on_two_workers():
+    # worker 0 every 1 s, worker 1 (slow) every 3 s; at t = 3 worker 0 is ordered first, so it
+    # does not see the slow push's flag until its next push (spec §1's tie rule).
+    prob = sim.problems.random_quadratic(2, 1, seed=0)
+    A, b = prob.curvature
+    sched = schedules.fixed_computation([1.0, 3.0], num_events=5)  # order: 0, 0, 0(t=3), 1(t=3), 0(t=4)
+    assert list(sched.worker) == [0, 0, 0, 1, 0]
+    res = sim.run(algos.wbsp(stepsize=0.1, slowest=1), prob, sched, key=jax.random.key(0))
+    x, points, pulled = _loop_wbsp(A, b, sched, lr=0.1, slow=1)
+    assert list(pulled) == [False, False, False, True, True]  # worker 0 pulls on its first push after the slow one
+    assert rel_err(res.params, x) < 1e-13
+
+
+def test_wbsp_with_one_worker_is_sgd_and_refuses_bad_input():
+    prob = sim.problems.random_quadratic(1, 3, seed=4)
+    A, b = prob.curvature
+    res = sim.run(algos.wbsp(stepsize=0.2, slowest=0), prob, schedules.fixed_computation([1.0], num_events=25),
+                  key=jax.random.key(0))
+    x = np.zeros(3)
+    for _ in range(25):
+        x = x - 0.2 * quadratic_gradient(A, b, 0, x)
+    assert rel_err(res.params, x) < 1e-13
+    with pytest.raises(ValueError, match=r"slowest must be a worker index \(0..2\)"):
+        sim.run(algos.wbsp(stepsize=0.1, slowest=3), sim.problems.random_quadratic(3, 2),
+                schedules.fixed_computation([1.0, 1.0, 2.0], num_events=5), key=jax.random.key(0))
