@@ -41,16 +41,21 @@ def _local_steps(hparams: HParams, oracle) -> jax.Array:
     return H[oracle.worker] if H.ndim else H
 
 
-def local_sgd_work(hparams: HParams, point: Params, oracle, key) -> Params:
-    """H (or H_i) steps of SGD from ``point``; returns Δ = point − (the model after them)."""
+def local_sgd_end(hparams: HParams, point: Params, oracle, key) -> Params:
+    """The model after H (or H_i) steps of SGD of size ``local_stepsize`` from ``point``, step k
+    on the minibatch of ``fold_in(key, k)``."""
     lr = jnp.asarray(hparams["local_stepsize"])
 
     def body(k, x):
         _, g = oracle(x, jax.random.fold_in(key, k))
         return jax.tree.map(lambda a, b: a - lr.astype(a.dtype) * b, x, g)
 
-    end = jax.lax.fori_loop(0, _local_steps(hparams, oracle), body, point)
-    return jax.tree.map(lambda a, b: a - b, point, end)
+    return jax.lax.fori_loop(0, _local_steps(hparams, oracle), body, point)
+
+
+def local_sgd_work(hparams: HParams, point: Params, oracle, key) -> Params:
+    """H (or H_i) steps of SGD from ``point``; returns Δ = point − (the model after them)."""
+    return jax.tree.map(lambda a, b: a - b, point, local_sgd_end(hparams, point, oracle, key))
 
 
 def local_adamw_work(hparams: HParams, point: Params, oracle, key) -> Params:
