@@ -97,6 +97,7 @@ class _Static:
     batching: str = "vmap"  # how a block's worker jobs are batched: "vmap" or "map" (lax.map)
     runs: str = "vmap"  # how a sweep's runs are batched: "vmap" or "map" (one after another)
     telemetry: Any = None  # telemetry(data, server_params, worker_points) -> dict, at every log point
+    job_keys: bool = False  # key job k of worker i by fold_in(fold_in(key, i), k) (Schedule.job_key)
 
 
 class WorkerOracle:
@@ -148,7 +149,10 @@ def _simulate(static: _Static, hparams, data, x0, key, ev, plan_events, targets)
         e = jnp.maximum(idx, 0)
         w = ev["worker"][e]
         start_points = jax.tree.map(lambda y: y[w], points)
-        keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(e)
+        if static.job_keys:  # durations were drawn from these jobs' examples (Schedule.job_key)
+            keys = jax.vmap(lambda i, j: jax.random.fold_in(jax.random.fold_in(key, i), j))(w, ev["job"][e])
+        else:
+            keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(e)
 
         def one(point, worker, k):
             return work(hparams, point, WorkerOracle(fns, data, worker), k)
@@ -345,7 +349,9 @@ def _event_arrays(schedule: Schedule, average_from: float, dtype):
     t_next = np.r_[t[1:], T]
     weight = np.clip(np.minimum(t_next, T) - np.maximum(t, t0), 0.0, None)
     time_dtype = jnp.asarray(0.0).dtype  # float64 when x64 is on, else float32
+    extra = {} if schedule.job_key is None else {"job": jnp.asarray(schedule.job_number, jnp.int32)}
     return {
+        **extra,
         "worker": jnp.asarray(schedule.worker, jnp.int32),
         "time": jnp.asarray(t, time_dtype),
         "staleness": jnp.asarray(schedule.staleness, jnp.int32),
@@ -419,6 +425,20 @@ def _check_key(key, *, batched: bool):
         raise ValueError(f"key must be {want}; got {getattr(key, 'shape', key)!r}")
 
 
+def _check_job_key(schedule: Schedule, keys, *, batched: bool) -> None:
+    """A schedule whose durations come from the examples drawn with one key runs with that key."""
+    if schedule.job_key is None:
+        return
+    data = np.asarray(jax.random.key_data(keys) if jnp.issubdtype(keys.dtype, jax.dtypes.prng_key) else keys)
+    data = data.reshape(-1, 2)
+    if not np.all(data == schedule.job_key[None, :]):
+        raise ValueError(
+            "this schedule's durations depend on the examples each job draws, drawn with the key "
+            f"whose data is {schedule.job_key.tolist()}; run it with that key"
+            + (" (a sweep over seeds needs one schedule per seed)" if batched else "")
+            + f"; got key data {data[:4].tolist()}")
+
+
 def _prepare(alg, problem, schedule, *, hparams, log_every, block_size, targets, average_from, batched,
              record_params=False, batching="vmap", num_keys=1, runs="vmap", telemetry=None):
     by_round = _validate(alg, problem, schedule)
@@ -438,7 +458,7 @@ def _prepare(alg, problem, schedule, *, hparams, log_every, block_size, targets,
     plan = plan_blocks(schedule, log_every=log_every, block_size=block_size, by_round=by_round, runs=batched_runs)
     ev, window = _event_arrays(schedule, average_from, dtype)
     static = _Static(alg.functions, problem.fns, problem.num_workers, by_round, bool(record_params), batching, runs,
-                     telemetry)
+                     telemetry, schedule.job_key is not None)
     return static, hp, H, plan, ev, window, _targets(problem, targets, dtype)
 
 
@@ -493,6 +513,7 @@ def run(alg: Algorithm, problem: Problem, schedule: Schedule, *, key, hparams: O
       a :class:`RunResult`.
     """
     _check_key(key, batched=False)
+    _check_job_key(schedule, key, batched=False)
     static, hp, _, plan, ev, window, tg = _prepare(
         alg, problem, schedule, hparams=hparams, log_every=log_every, block_size=block_size,
         targets=targets, average_from=average_from, batched=False, record_params=record_params,
@@ -534,6 +555,7 @@ def sweep(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys, hparams
       the event (−1: none). Changing only hyperparameter values or keys reuses the compiled code.
     """
     _check_key(keys, batched=True)
+    _check_job_key(schedule, keys, batched=True)
     if hparams is None:
         first = next(iter(alg.hparams))
         hparams = {first: np.asarray(alg.hparams[first])[None]}

@@ -79,6 +79,10 @@ class Schedule:
       compute_finish: float64 or None: when each job's computation ended, where that is earlier
         than ``finish`` (hierarchical rounds: ``finish`` is when every worker has ended the
         round's step, so that ``finish`` stays non-decreasing; this is each worker's own end).
+      job_key: None, or the raw data (uint32) of the PRNG key the durations were drawn with
+        (:class:`ExampleCostTiming`). The engine then keys job k of worker i by
+        ``fold_in(fold_in(key, i), k)`` instead of by its event index, so that the examples a
+        job draws are the ones its duration was computed from; it must be run with that key.
     """
 
     worker: np.ndarray
@@ -92,13 +96,15 @@ class Schedule:
     mean_durations: np.ndarray
     description: str = ""
     compute_finish: np.ndarray | None = None
+    job_key: np.ndarray | None = None
 
     def __post_init__(self):
         for name in ("worker", "start", "finish", "version", "delivered", "round"):
             arr = getattr(self, name)
             arr.setflags(write=False)
-        if self.compute_finish is not None:
-            self.compute_finish.setflags(write=False)
+        for name in ("compute_finish", "job_key"):
+            if getattr(self, name) is not None:
+                getattr(self, name).setflags(write=False)
         if self.num_events < 1:
             raise ValueError("a schedule needs at least one event; got 0")
 
@@ -115,6 +121,17 @@ class Schedule:
     @property
     def durations(self) -> np.ndarray:
         return self.finish - self.start
+
+    @property
+    def job_number(self) -> np.ndarray:
+        """Each event's job number for its worker (0-based): column k of the timing model's
+        duration table, in every dispatch policy here (one event per worker per round)."""
+        out = np.empty(self.num_events, np.int64)
+        seen = np.zeros(self.num_workers, np.int64)
+        for e, i in enumerate(self.worker):
+            out[e] = seen[i]
+            seen[i] += 1
+        return out
 
     @property
     def end_time(self) -> float:
@@ -144,6 +161,8 @@ class Schedule:
         h = hashlib.sha256()
         for arr in (self.worker, self.start, self.finish, self.version, self.delivered, self.round):
             h.update(np.ascontiguousarray(arr).tobytes())
+        if self.job_key is not None:
+            h.update(np.ascontiguousarray(self.job_key).tobytes())
         h.update(f"{self.num_workers}/{self.policy}".encode())
         return h.hexdigest()[:16]
 
@@ -270,6 +289,128 @@ class TraceTiming:
         return out
 
 
+def _job_key(timing):
+    """The key data a timing model drew its durations with, if they depend on drawn examples."""
+    return getattr(timing, "job_key", None)
+
+
+def job_keys(key, worker: int, jobs: int, steps: int | None = None):
+    """The PRNG keys with which the engine's jobs 0..jobs−1 of ``worker`` draw their minibatches
+    on a schedule with a ``job_key``: job k's key is ``fold_in(fold_in(key, worker), k)``; with
+    ``steps = H`` (work of H local steps, each on ``fold_in(job key, s)``) one key per step,
+    shape [jobs, H]."""
+    import jax
+
+    with jax.threefry_partitionable(True):  # as the engine runs
+        base = jax.random.fold_in(key, worker)
+        ks = jax.vmap(lambda k: jax.random.fold_in(base, k))(np.arange(jobs))
+        if steps is None:
+            return ks
+        return jax.vmap(lambda k: jax.vmap(lambda s: jax.random.fold_in(k, s))(np.arange(steps)))(ks)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ExampleCostTiming:
+    """Data-dependent durations: a job's duration is set by the examples it draws.
+
+    Worker i's shard has m examples with static costs ``costs[i]`` (for example sequence lengths,
+    or any table the user provides). Job k of worker i draws ``batch_size`` of them with the
+    problem's own sampler (``sim.problems.sample_indices``: uniform with replacement) and the key
+    the engine will hand that job (:func:`job_keys`), and takes
+    ``overhead_i + time_per_cost_i · Σ cost of the drawn examples``; with ``steps = H`` the job
+    is H local steps, each on its own draw. So "the stragglers are the workers that drew costly
+    examples" holds exactly, example for example, in the run.
+
+    Schedules built from it carry ``job_key`` and must be run with ``key`` (the engine checks);
+    a sweep over seeds needs one schedule per seed. The draws assume the problem samples with
+    ``sample_indices(job key, batch_size, m)`` (every sharded problem here does).
+
+    Args:
+      costs: [n, m] per-example costs (finite, ≥ 0).
+      batch_size: examples per draw (the problem's batch size).
+      key: the run's PRNG key (``jax.random.key(seed)``).
+      time_per_cost, overhead: one value or one per worker (≥ 0; overhead + cost must be > 0).
+      steps: None for one draw per job with the job's key (one gradient per job, the default
+        work), or H for H local steps per job.
+    """
+
+    costs: np.ndarray
+    batch_size: int
+    key: object
+    time_per_cost: object = 1.0
+    overhead: object = 0.0
+    steps: int | None = None
+    exact_clock = False
+
+    def __post_init__(self):
+        import jax
+
+        costs = np.asarray(self.costs, np.float64)
+        if costs.ndim != 2 or costs.size == 0:
+            raise ValueError(f"costs must be [n, m] (one cost per example of each worker's shard); got shape {costs.shape}")
+        if not np.all(np.isfinite(costs)) or np.any(costs < 0):
+            raise ValueError(f"costs must be finite and >= 0; got {_short(costs)}")
+        object.__setattr__(self, "costs", costs)
+        n = costs.shape[0]
+        _check_count(self.batch_size, "batch_size")
+        if self.steps is not None:
+            _check_count(self.steps, "steps")
+        for name in ("time_per_cost", "overhead"):
+            v = np.broadcast_to(np.asarray(getattr(self, name), np.float64), (n,)).copy()
+            if not np.all(np.isfinite(v)) or np.any(v < 0):
+                raise ValueError(f"{name} must be finite and >= 0 (one value or one per worker); got {_short(v)}")
+            object.__setattr__(self, name, v)
+        if np.any(self.mean_durations <= 0):
+            raise ValueError("every worker's mean duration must be > 0 (give an overhead, or costs > 0)")
+        key = self.key
+        if isinstance(key, (int, np.integer)):
+            raise ValueError("key must be a PRNG key (jax.random.key(seed)), the one the run will use; got an int")
+        data = np.asarray(jax.random.key_data(key) if _is_key(key) else key)
+        if data.dtype != np.uint32 or data.shape != (2,):
+            raise ValueError(f"key must be one PRNG key, e.g. jax.random.key(0); got {getattr(key, 'shape', key)!r}")
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "_key_data", data.copy())
+
+    @property
+    def job_key(self) -> np.ndarray:
+        return self._key_data
+
+    @property
+    def num_workers(self) -> int:
+        return int(self.costs.shape[0])
+
+    @property
+    def mean_durations(self) -> np.ndarray:
+        draws = self.batch_size * (self.steps or 1)
+        return self.overhead + self.time_per_cost * draws * self.costs.mean(axis=1)
+
+    def drawn_indices(self, worker: int, jobs: int) -> np.ndarray:
+        """[jobs, draws] indices into worker ``worker``'s shard that its jobs 0..jobs−1 draw."""
+        import jax
+
+        from sim.problems import sample_indices
+
+        m = self.costs.shape[1]
+        ks = job_keys(self.key, worker, jobs, self.steps)
+        with jax.threefry_partitionable(True):
+            flat = ks.reshape(-1)
+            idx = jax.vmap(lambda k: sample_indices(k, self.batch_size, m))(flat)
+        return np.asarray(idx).reshape(jobs, -1)
+
+    def durations(self, jobs_per_worker: int) -> np.ndarray:
+        out = np.empty((self.num_workers, jobs_per_worker))
+        for i in range(self.num_workers):
+            cost = self.costs[i][self.drawn_indices(i, jobs_per_worker)].sum(axis=1)
+            out[i] = self.overhead[i] + self.time_per_cost[i] * cost
+        return out
+
+
+def _is_key(x) -> bool:
+    import jax
+
+    return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class SlowdownTiming:
     """Time-varying speeds on top of another timing model.
@@ -317,6 +458,10 @@ class SlowdownTiming:
     @property
     def mean_durations(self) -> np.ndarray:
         return self.base.mean_durations
+
+    @property
+    def job_key(self):
+        return _job_key(self.base)
 
     def durations(self, jobs_per_worker: int) -> np.ndarray:
         return self.base.durations(jobs_per_worker)
@@ -447,6 +592,7 @@ def asynchronous(timing: Timing, *, num_events: int | None, description: str = "
         policy="async",
         mean_durations=np.asarray(timing.mean_durations, dtype=np.float64).copy(),
         description=description or f"async {type(timing).__name__}, {num_events} events",
+        job_key=_job_key(timing),
     )
 
 
@@ -491,6 +637,7 @@ def _rounds(timing, worker_l, start_l, finish_l, delivered, description, compute
         mean_durations=np.asarray(timing.mean_durations, dtype=np.float64).copy(),
         description=description,
         compute_finish=None if compute_finish is None else np.concatenate(compute_finish),
+        job_key=_job_key(timing),
     )
 
 

@@ -232,3 +232,67 @@ def test_hierarchical_levels_are_checked():
                      ({}, "at least one"), ({0: 4}, ">= 1"), ("x", "dict")):
         with pytest.raises(ValueError, match=msg):
             schedules.hierarchical(t, num_steps=3, levels=bad)
+
+
+def _cost_revealing_problem(costs, batch):
+    """A problem whose gradient is the total cost of the examples the job drew, put at the
+    worker's coordinate: ASGD with step 1 then accumulates −Σ cost per worker."""
+    import jax.numpy as jnp
+
+    from sim.problems import Problem, ProblemFns, worker_batch
+
+    n = costs.shape[0]
+
+    def value_and_grad(data, x, worker, key):
+        c, _ = worker_batch(data, "X", "y", worker, key, batch)
+        return jnp.sum(c), jnp.zeros_like(x).at[worker].set(jnp.sum(c))
+
+    data = {"X": jnp.asarray(costs), "y": jnp.zeros(costs.shape)}
+    return Problem("cost probe", n, ProblemFns(value_and_grad, lambda d, x: jnp.zeros(n)), data, jnp.zeros(n))
+
+
+@pytest.mark.parametrize("dispatch", ["async", "barrier", "backup"])
+def test_example_cost_durations_are_the_cost_of_the_examples_the_run_draws(dispatch):
+    import jax
+
+    import algos
+    import sim
+
+    rng = np.random.default_rng(0)
+    costs = rng.integers(1, 50, size=(3, 37)).astype(float)  # e.g. sequence lengths
+    key = jax.random.key(11)
+    timing = schedules.ExampleCostTiming(costs, batch_size=4, key=key, time_per_cost=[0.01, 0.02, 0.05], overhead=0.1)
+    np.testing.assert_allclose(timing.mean_durations, 0.1 + np.array([0.01, 0.02, 0.05]) * 4 * costs.mean(axis=1))
+    if dispatch == "async":
+        sched = schedules.asynchronous(timing, num_events=60)
+    elif dispatch == "barrier":
+        sched = schedules.barrier(timing, num_rounds=20)
+    else:
+        sched = schedules.backup_workers(timing, num_rounds=20, backups=1)
+    assert sched.job_key is not None
+    prob = _cost_revealing_problem(costs, 4)
+    res = sim.run(algos.asgd(stepsize=1.0), prob, sched, key=key)
+    # what each worker's delivered jobs cost, from the schedule's durations ...
+    dur = sched.compute_finish - sched.start if sched.compute_finish is not None else sched.durations
+    rate, over = np.array([0.01, 0.02, 0.05]), 0.1
+    if dispatch == "backup":  # cancelled jobs end at the close, not at their own finish: use the table
+        table = timing.durations(20)
+        dur = table[sched.worker, sched.job_number]
+    from_schedule = np.array([np.sum((dur[(sched.worker == i) & sched.delivered] - over) / rate[i]) for i in range(3)])
+    # ... equals the cost of the examples the engine's jobs drew
+    np.testing.assert_allclose(-res.params, from_schedule, rtol=1e-12)
+    with pytest.raises(ValueError, match="run it with that key"):
+        sim.run(algos.asgd(stepsize=1.0), prob, sched, key=jax.random.key(12))
+    with pytest.raises(ValueError, match="one schedule per seed"):
+        sim.sweep(algos.asgd(stepsize=1.0), prob, sched, keys=jax.random.split(key, 2))
+
+
+def test_example_cost_timing_refuses_bad_input():
+    import jax
+
+    with pytest.raises(ValueError, match=r"costs must be \[n, m\]"):
+        schedules.ExampleCostTiming(np.ones(5), batch_size=2, key=jax.random.key(0))
+    with pytest.raises(ValueError, match="must be a PRNG key"):
+        schedules.ExampleCostTiming(np.ones((2, 5)), batch_size=2, key=0)
+    with pytest.raises(ValueError, match="mean duration must be > 0"):
+        schedules.ExampleCostTiming(np.zeros((2, 5)), batch_size=2, key=jax.random.key(0))
