@@ -247,3 +247,75 @@ class WorkerSpread:
             out[f"consensus/{name}"] = consensus_distance(m)
             out[f"drift/{name}"] = drift(m, xs[name][0])
         return out
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Representations:
+    """Per-layer representation and gradient telemetry on a fixed probe batch, for
+    ``sim.run(..., telemetry=Representations(module, probe_x, probe_y))`` (spec §14 T1–T4).
+
+    At every log point, for each Flax submodule (layer) of ``module``:
+
+    - ``cka/<layer>`` [n]: linear CKA between worker i's activations on the probes and the server
+      model's (1: the same representation up to rotation and scale);
+    - ``specialisation/<layer>``: ``1 − mean_{i<j}`` of the workers' linear CKA matrix;
+    - with ``minibatches = b > 0``: ``cka_mb/<layer>`` [n], minibatch CKA over b equal batches of
+      the probes (the unbiased-HSIC estimator; needs m/b ≥ 4 probes per batch);
+    - with labels ``probe_y``, per parameter layer: ``grad_norm/<layer>`` [n], the norm of worker
+      i's probe-batch gradient at the model it holds; ``grad_cos/<layer>`` [n], its cosine with the
+      server model's probe gradient (what the worker would deliver against what is needed now);
+      ``grad_var/<layer>`` and ``grad_diversity/<layer>``, the workers' gradient variance and
+      diversity.
+
+    ``field`` names the attribute of a worker's point that holds its parameters (as in
+    :class:`WorkerSpread`). The probes are constants of the compiled program: keep them small
+    (a few hundred examples). The loss for gradients is the mean softmax cross-entropy.
+    """
+
+    module: object
+    probe_x: object
+    probe_y: object = None
+    field: str | None = None
+    minibatches: int = 0
+
+    def __post_init__(self):
+        m = int(np.shape(self.probe_x)[0])
+        b = int(self.minibatches)
+        if b < 0 or (b and (m % b or m // b < 4)):
+            raise ValueError(f"Representations: minibatches must split the {m} probes into equal batches of >= 4; got {b}")
+        if self.probe_y is not None and np.shape(self.probe_y)[0] != m:
+            raise ValueError(f"Representations: probe_y needs one label per probe ({m}); got {np.shape(self.probe_y)}")
+
+    def _grads(self, params):
+        import optax
+
+        def loss(p):
+            logits = self.module.apply({"params": p}, jnp.asarray(self.probe_x))
+            return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, jnp.asarray(self.probe_y)))
+
+        return jax.grad(loss)(params)
+
+    def __call__(self, data, server, points) -> dict:
+        del data
+        y = points if self.field is None else getattr(points, self.field)
+        x = jnp.asarray(self.probe_x)
+        acts_w = jax.vmap(lambda p: activations(self.module, p, x))(y)
+        acts_s = activations(self.module, server, x)
+        out = {}
+        for name, a in acts_w.items():
+            s = acts_s[name]
+            out[f"cka/{name}"] = jax.vmap(lambda ai: linear_cka(ai, s))(a)
+            out[f"specialisation/{name}"] = specialisation_index(linear_cka_matrix(a))
+            if self.minibatches:
+                b = int(self.minibatches)
+                split = lambda v: jnp.reshape(v, (b, v.shape[0] // b) + v.shape[1:])  # noqa: E731
+                out[f"cka_mb/{name}"] = jax.vmap(lambda ai: minibatch_cka(split(ai), split(s)))(a)
+        if self.probe_y is not None:
+            gw = layer_matrices(jax.vmap(self._grads)(y))
+            gs = layer_matrices(jax.tree.map(lambda v: v[None], self._grads(server)))
+            for name, g in gw.items():
+                out[f"grad_norm/{name}"] = norms(g)
+                out[f"grad_cos/{name}"] = alignment(g, gs[name][0])
+                out[f"grad_var/{name}"] = variance(g)
+                out[f"grad_diversity/{name}"] = diversity(g)
+        return out

@@ -167,3 +167,61 @@ def test_worker_spread_at_the_log_points_of_hierarchical_sgd():
     assert cons[1] == 0.0 and cons[4] == 0.0 and cons[2] > 0.0
     with pytest.raises(TypeError, match="telemetry must be a function"):
         sim.run(algos.hierarchical_sgd(stepsize=0.1, levels=levels), prob, sched, key=jax.random.key(0), telemetry=3)
+
+
+def _np_mlp_grads(p, X, y):
+    """Mean softmax cross-entropy gradient of a one-hidden-layer ReLU MLP, by hand."""
+    W1, b1, W2, b2 = (np.asarray(p["Dense_0"]["kernel"]), np.asarray(p["Dense_0"]["bias"]),
+                      np.asarray(p["Dense_1"]["kernel"]), np.asarray(p["Dense_1"]["bias"]))
+    X = X.reshape(X.shape[0], -1)
+    pre = X @ W1 + b1
+    h = np.maximum(pre, 0.0)
+    z = h @ W2 + b2
+    P = np.exp(z - z.max(1, keepdims=True))
+    P /= P.sum(1, keepdims=True)
+    d = (P - np.eye(z.shape[1])[y]) / X.shape[0]
+    dh = (d @ W2.T) * (pre > 0)
+    return {"Dense_0": np.concatenate([(X.T @ dh).ravel(), dh.sum(0)]),
+            "Dense_1": np.concatenate([(h.T @ d).ravel(), d.sum(0)])}
+
+
+def test_representations_at_the_log_points_equal_numpy():
+    """On an MLP trained by hierarchical SGD (workers hold their own models): the logged CKA
+    against the server model, the specialisation index, minibatch CKA and the per-layer gradient
+    statistics at the last log point, against NumPy on the final worker models."""
+    import algos
+    import sim
+    from sim import schedules
+    from sim.models import MLP
+
+    rng = np.random.default_rng(0)
+    images, labels = rng.normal(size=(240, 3, 3)), rng.integers(0, 3, 240)
+    prob = sim.models.mlp_classifier(images, labels, num_workers=3, split="iid", hidden=5, batch_size=8)
+    probe_x, probe_y = rng.normal(size=(16, 3, 3)), rng.integers(0, 3, 16)
+    tel = T.Representations(MLP(hidden=5, classes=3), probe_x, probe_y, minibatches=2)
+    sched = schedules.hierarchical(schedules.FixedTiming(np.array([1.0, 2.0, 3.0])), num_steps=10, levels={4: 3})
+    res = sim.run(algos.hierarchical_sgd(stepsize=0.5, levels={4: 3}), prob, sched, key=jax.random.key(0),
+                  log_every=3, telemetry=tel)
+    Y = [jax.tree.map(lambda v: np.asarray(v[i]), res.state.workers) for i in range(3)]
+    server = jax.tree.map(np.asarray, res.params)
+    module = MLP(hidden=5, classes=3)
+    X = probe_x.reshape(16, -1)
+    for layer in ("Dense_0", "Dense_1"):
+        acts = [np.asarray(T.activations(module, p, jnp.asarray(probe_x))[layer]) for p in Y]
+        s = np.asarray(T.activations(module, server, jnp.asarray(probe_x))[layer])
+        got = res.metrics[f"telemetry/cka/{layer}"][-1]
+        np.testing.assert_allclose(got, [np_cka_features(a, s) for a in acts], rtol=1e-10)
+        pairs = [np_cka_features(acts[i], acts[j]) for i in range(3) for j in range(i + 1, 3)]
+        assert res.metrics[f"telemetry/specialisation/{layer}"][-1] == pytest.approx(1 - np.mean(pairs), rel=1e-10)
+        mb = [np_minibatch_cka(a.reshape(2, 8, -1), s.reshape(2, 8, -1)) for a in acts]
+        np.testing.assert_allclose(res.metrics[f"telemetry/cka_mb/{layer}"][-1], mb, rtol=1e-10)
+        G = np.stack([_np_mlp_grads(p, X, probe_y)[layer] for p in Y])
+        gs = _np_mlp_grads(server, X, probe_y)[layer]
+        np.testing.assert_allclose(res.metrics[f"telemetry/grad_norm/{layer}"][-1], np.linalg.norm(G, axis=1), rtol=1e-10)
+        cos = G @ gs / (np.linalg.norm(G, axis=1) * np.linalg.norm(gs))
+        np.testing.assert_allclose(res.metrics[f"telemetry/grad_cos/{layer}"][-1], cos, rtol=1e-10)
+        var = np.mean(np.sum((G - G.mean(0)) ** 2, axis=1))
+        assert res.metrics[f"telemetry/grad_var/{layer}"][-1] == pytest.approx(var, rel=1e-10)
+    assert res.metrics["telemetry/specialisation/Dense_0"][-1] > 0  # the workers did differ (10 % 4 != 0)
+    with pytest.raises(ValueError, match="equal batches of >= 4"):
+        T.Representations(module, probe_x, minibatches=5)
