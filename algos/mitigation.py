@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from algos import _checks, hierarchy
+from algos import _checks, _linalg, hierarchy
 from algos.asgd import asgd_with_step_rule
 from algos.base import Algorithm, Event, HParams, Params
 from algos.tables import _check_int
@@ -145,9 +145,10 @@ def _sgd_step_work(hparams: HParams, point: Params, oracle, key) -> Params:
 
 
 def _group_mean(x: jax.Array, size: int) -> jax.Array:
+    """Each worker's row replaced by its group's mean (groups: consecutive blocks of ``size``), as
+    one contraction with the block-averaging matrix (see algos._linalg on why)."""
     n = x.shape[0]
-    g = jnp.mean(x.reshape((n // size, size) + x.shape[1:]), axis=1, keepdims=True)
-    return jnp.broadcast_to(g, (n // size, size) + x.shape[1:]).reshape(x.shape)
+    return _linalg.mix(jnp.asarray(np.kron(np.eye(n // size), np.full((size, size), 1.0 / size))), x)
 
 
 def hierarchical_sgd(*, stepsize: float, levels: dict, warmup: int = 0) -> Algorithm:

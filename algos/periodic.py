@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from algos import _checks
+from algos import _checks, _linalg
 from algos.base import Algorithm, Event, HParams, Params
 from algos.layers import leaf_layer_index
 from algos.local import INNER, local_sgd_end
@@ -62,10 +62,6 @@ def _init(hparams, params, n):
     return PeriodicState(params, jax.tree.map(jnp.zeros_like, params), jnp.zeros((), jnp.int32))
 
 
-def _slot_weights_to(x: jax.Array, w: jax.Array) -> jax.Array:
-    return w.astype(x.dtype).reshape((-1,) + (1,) * (x.ndim - 1))
-
-
 def _outer(hparams, state: PeriodicState, delta: Params, do_leaf: list) -> tuple[Params, Params]:
     """Nesterov SGD on Δ for the leaves whose entry of ``do_leaf`` is True."""
     lr = jnp.asarray(hparams["stepsize"])
@@ -88,7 +84,7 @@ def _broadcast(tree, slots: int):
 
 def _uniform_mean(deltas: Params, ok: jax.Array) -> Params:
     count = jnp.maximum(jnp.sum(ok), 1)
-    return jax.tree.map(lambda d: jnp.sum(_slot_weights_to(d, ok) * d, axis=0) / count.astype(d.dtype), deltas)
+    return jax.tree.map(lambda d: _linalg.weighted_sum(ok, d) / count.astype(d.dtype), deltas)
 
 
 def _check_outer(name: str, hparams: HParams) -> None:
@@ -325,7 +321,7 @@ def _make_edit(reducer: str, clip_scope: str, detector_update: str, warmup: int)
         agg = []
         for leaf, l in zip(leaves, layer_of):
             wl = w[:, l]
-            num = jnp.sum(_slot_weights_to(leaf, wl * kept[:, l]) * leaf, axis=0)
+            num = _linalg.weighted_sum(wl * kept[:, l], leaf)
             agg.append(num / jnp.maximum(jnp.sum(wl), 1e-30).astype(leaf.dtype))
         # clipping
         c = jnp.asarray(hparams["clip"], dt)

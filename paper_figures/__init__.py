@@ -8,5 +8,13 @@ FIGURES = {
     "r4": ("paper_figures.r4_time_to_eps", "time to ‖∇F‖² ≤ ε for 7 methods, with the heterogeneous lower bound"),
     "r5": ("paper_figures.r5_mnist", "MNIST-format MLP, n = 100, Dirichlet 0.1: Rescaled, Malenia, Ringleader, IA²SGD, vanilla"),
     "deahes": ("paper_figures.deahes", "DEAHES-O Figs. 4-5: elastic averaging with AdaHessian under failures, P ∈ {4, 8}, τ ∈ {1, 2, 4}"),
+    "hetero-specialisation": ("paper_figures.hetero_specialisation",
+                              "do fast workers specialise by layer? CKA / gradient alignment against the compute ratio"),
+    "hetero-divergence": ("paper_figures.hetero_divergence",
+                          "stragglers' representation divergence, with and without staleness weighting"),
+    "hetero-frontier": ("paper_figures.hetero_frontier",
+                        "accuracy and time to target against heterogeneity, five schemes at their best step size"),
+    "hetero-mitigation": ("paper_figures.hetero_mitigation",
+                          "one mitigation at a time: throughput, final loss, specialisation index"),
     "r6": ("paper_figures.r6_homogeneous", "homogeneous data: Rescaled vs vanilla (noise floor τ_A/τ_H), median/IQR over seeds"),
 }

@@ -69,7 +69,8 @@ class _ShardLosses:
 
 
 def mlp_classifier(images, labels, *, num_workers: int, split: str = "dirichlet", alpha: float = 0.1,
-                   hidden: int = 128, batch_size: Optional[int] = 4, seed: int = 0, dtype=None) -> Problem:
+                   hidden: int = 128, batch_size: Optional[int] = 4, seed: int = 0, dtype=None,
+                   test_images=None, test_labels=None) -> Problem:
     """An MLP classifier trained by ``num_workers`` workers, each on its own shard.
 
     Args:
@@ -77,6 +78,8 @@ def mlp_classifier(images, labels, *, num_workers: int, split: str = "dirichlet"
       split: "iid", "label" (sorted contiguous shards) or "dirichlet" (α per worker, equal sizes).
       hidden: width of the hidden layer. batch_size: examples per stochastic gradient (None:
         the whole shard). seed: seeds the split and the initial parameters.
+      test_images, test_labels: if given, the test accuracy is logged with F at every log point
+        (``metrics["test_accuracy"]``).
     """
     X = np.asarray(images, dtype=np.float32)
     y = np.asarray(labels).astype(np.int32)
@@ -98,11 +101,23 @@ def mlp_classifier(images, labels, *, num_workers: int, split: str = "dirichlet"
     params = module.init(jax.random.key(seed), jnp.zeros((1,) + X.shape[1:], dt))["params"]
     params = jax.tree.map(lambda p: p.astype(dt), params)
     loss = _BatchLoss(module, None if batch_size is None else int(batch_size))
+    data = {"X": jnp.asarray(X[idx], dt), "y": jnp.asarray(y[idx])}
+    metrics = None
+    if (test_images is None) != (test_labels is None):
+        raise ValueError("give both test_images and test_labels, or neither")
+    if test_images is not None:
+        Xt = np.asarray(test_images, dtype=np.float32)
+        yt = np.asarray(test_labels).astype(np.int32)
+        if Xt.shape[1:] != X.shape[1:] or Xt.shape[0] != yt.shape[0]:
+            raise ValueError(f"test_images must be [M, {', '.join(map(str, X.shape[1:]))}] with one label each; "
+                             f"got {Xt.shape} and {yt.shape}")
+        data.update(X_test=jnp.asarray(Xt, dt), y_test=jnp.asarray(yt))
+        metrics = _TestAccuracy(module, len(yt), len(yt))
     return Problem(
         name=f"mlp({X.shape[1:]}→{hidden}→{classes}, n={num_workers}, {split}, batch={batch_size})",
         num_workers=int(num_workers),
-        fns=ProblemFns(_ValueAndGradOf(loss), _ShardLosses(module), loss=loss),
-        data={"X": jnp.asarray(X[idx], dt), "y": jnp.asarray(y[idx])},
+        fns=ProblemFns(_ValueAndGradOf(loss), _ShardLosses(module), loss=loss, metrics=metrics),
+        data=data,
         x0=params,
     )
 

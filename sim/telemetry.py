@@ -42,6 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from algos._linalg import leading_mean, weighted_sum
 from algos.layers import layer_names, leaf_layers  # noqa: F401  (layer_names is part of this module's API)
 
 _TINY = 1e-30
@@ -80,17 +81,18 @@ def norms(g: jax.Array) -> jax.Array:
 
 def variance(g: jax.Array) -> jax.Array:
     """``(1/n) Σ_i ‖g_i − ḡ‖²`` across the rows of ``g [n, d]``."""
-    return jnp.mean(jnp.sum(jnp.square(g - jnp.mean(g, axis=0, keepdims=True)), axis=-1))
+    return jnp.mean(jnp.sum(jnp.square(g - leading_mean(g)[None, :]), axis=-1))
 
 
 def signal_to_noise(g: jax.Array) -> jax.Array:
     """``‖ḡ‖² / V``; ``inf`` when all rows agree."""
-    return jnp.sum(jnp.square(jnp.mean(g, axis=0))) / variance(g)
+    return jnp.sum(jnp.square(leading_mean(g))) / variance(g)
 
 
 def diversity(g: jax.Array) -> jax.Array:
     """Gradient diversity ``Σ_i ‖g_i‖² / ‖Σ_i g_i‖²`` (1/n for identical rows; large when they cancel)."""
-    return jnp.sum(jnp.square(g)) / jnp.maximum(jnp.sum(jnp.square(jnp.sum(g, axis=0))), _TINY)
+    total = weighted_sum(jnp.ones((g.shape[0],), g.dtype), g)
+    return jnp.sum(jnp.square(g)) / jnp.maximum(jnp.sum(jnp.square(total)), _TINY)
 
 
 def cosine_matrix(g: jax.Array) -> jax.Array:
@@ -121,7 +123,7 @@ def drift(y: jax.Array, reference: jax.Array) -> jax.Array:
 def centred_gram(x: jax.Array) -> jax.Array:
     """``X̃ X̃ᵀ`` for activations ``x [m, ...]`` (flattened to ``[m, p]``; columns centred)."""
     x = jnp.reshape(x, (x.shape[0], -1))
-    xc = x - jnp.mean(x, axis=0, keepdims=True)
+    xc = x - leading_mean(x)[None, :]
     return xc @ xc.T
 
 

@@ -1,0 +1,57 @@
+"""The heterogeneity lab's experiments (paper_figures.hetero): their set-up pieces against hand
+values, and one experiment end to end on a tiny preset through the CLI."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from delaylab import cli
+from paper_figures import hetero
+from sim import schedules
+
+
+def test_spread_taus_keep_total_compute_and_are_equal_at_h0():
+    np.testing.assert_allclose(hetero.spread_taus(0.0), np.ones(8))
+    for h in (0.5, 2.0):
+        t = hetero.spread_taus(h)
+        assert np.sum(1 / t) == pytest.approx(8.0, rel=1e-12)
+        assert np.all(np.diff(t) > 0)
+        assert t[-1] * t[0] == pytest.approx(np.prod(t) ** (2 / 8), rel=1e-12)  # symmetric quantiles
+
+
+def test_proactive_local_steps_by_hand():
+    # EWMA with smoothing 0.5 of [2, 4] is 3; of [1, 1] is 1: H_i = round(4 · 1/3) = 1 and 4
+    obs = np.array([[2.0, 4.0], [1.0, 1.0]])
+    np.testing.assert_array_equal(hetero.proactive_local_steps(obs, 4, smoothing=0.5), [1, 4])
+    np.testing.assert_array_equal(hetero.proactive_local_steps(np.array([[8.0], [1.0]]), 4), [1, 4])
+
+
+def test_until_gives_the_shortest_schedule_that_reaches_the_horizon():
+    timing = schedules.FixedTiming(np.array([1.0, 3.0]))
+    s = hetero._until(lambda c: schedules.asynchronous(timing, num_events=c), 10.0, 2)
+    assert s.end_time >= 10.0 and s.finish[-2] < 10.0
+    b = hetero._until(lambda c: schedules.barrier(timing, num_rounds=c), 10.0, 1)
+    assert int(b.round.max()) + 1 == 4  # rounds end at 3, 6, 9, 12
+    assert hetero._time_to(np.array([0.0, 1.0, 2.0]), np.array([0.1, 0.5, 0.9]), 0.5) == 1.0
+    assert hetero._time_to(np.array([0.0, 1.0]), np.array([0.1, 0.2]), 0.5) == np.inf
+
+
+def test_mitigation_experiment_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
+    tiny = dataclasses.replace(hetero.PRESETS["quick"], train=800, test=200, pool=4, hidden=16, seeds=2,
+                               horizon=40.0, probes=32, logs=5)
+    monkeypatch.setitem(hetero.PRESETS, "quick", tiny)
+    assert cli.main(["figure", "hetero-mitigation", "--quick", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "hetero_mitigation.txt").read_text()
+    rows = np.genfromtxt(tmp_path / "hetero_mitigation.csv", delimiter=",", names=True, dtype=None, encoding=None)
+    assert len(rows) == 6 * 2  # six configurations, two seeds
+    assert (tmp_path / "hetero_mitigation.png").stat().st_size > 10_000
+    sync = rows[rows["method"] == "synchronous SGD"]
+    backup = rows[rows["method"] == "synchronous + 2 backup workers"]
+    # backup workers never wait for the two 8x stragglers: more rounds in the same time
+    assert backup["throughput"][0] > 1.5 * sync["throughput"][0]
+    assert np.all(sync["specialisation"] == 0.0)  # synchronous workers hold the same model at log points
+    asgd = rows[rows["method"] == "ASGD"]
+    assert np.all(asgd["specialisation"] > 0.0)  # asynchronous ones hold stale copies
+    for g in ("staleness weighting", "backup workers", "proactive scheduling"):
+        assert g + ": throughput" in text
