@@ -19,7 +19,7 @@ from algos.asgd import (
 from algos.base import Algorithm, Event, gradient_work
 from algos.mitigation import fedasync, hierarchical_sgd, staleness_weight, staleness_weighted_asgd
 from algos.local import async_local_sgd, dylu_local_steps, local_adamw_work, local_sgd_work
-from algos.periodic import a_edit_local_steps, edit, fedshift, local_sgd, palsgd
+from algos.periodic import a_edit_local_steps, dpro_sm_like_local_steps, edit, fedshift, local_sgd, palsgd
 from algos.rounds import malenia_sgd, point_and_gradient_work, rennala_sgd, ringleader_asgd
 from algos.sync import minibatch_sgd
 from algos.wbsp import slowest_worker as wbsp_slowest_worker
@@ -41,6 +41,7 @@ __all__ = [
     "constant_step",
     "delay_adaptive_asgd",
     "delay_adaptive_step",
+    "dpro_sm_like_local_steps",
     "a_edit_local_steps",
     "edit",
     "fedasync",

@@ -432,6 +432,27 @@ def a_edit_local_steps(step_times, window: float, *, min_total_steps: int = 1) -
         m += 1
 
 
+# --- DPro-SM-like proactive local steps ----------------------------------------------------
+
+def dpro_sm_like_local_steps(observed, local_steps: int, *, smoothing: float = 0.3) -> np.ndarray:
+    """A "DPro-SM-like" proactive rule (spec §13, [INFERRED]; DPro-SM itself is published as an
+    abstract only, so its LSTM predictor and allocation rule are not reproduced): per worker, an
+    EWMA of its observed per-step times (``observed`` [n, k], oldest first) predicts the next one,
+    and the local steps are set so that predicted finish times line up,
+    H_i = max(1, round(H · T̂_min / T̂_i)). Run :func:`local_sgd` with ``local_steps=H_i`` on job
+    durations worth H_i steps. With equal predictions every worker gets H (plain local SGD)."""
+    obs = np.asarray(observed, np.float64)
+    if obs.ndim != 2 or obs.shape[1] < 1 or not np.all(np.isfinite(obs)) or np.any(obs <= 0):
+        raise ValueError(f"dpro_sm_like_local_steps: observed must be [n, k >= 1] positive step times; got shape {obs.shape}")
+    H = _check_int("dpro_sm_like_local_steps", "local_steps", local_steps)
+    if not 0 < smoothing <= 1:
+        raise ValueError(f"dpro_sm_like_local_steps: smoothing must be in (0, 1]; got {smoothing!r}")
+    pred = obs[:, 0].copy()
+    for k in range(1, obs.shape[1]):
+        pred = (1 - smoothing) * pred + smoothing * obs[:, k]
+    return np.maximum(1, np.round(H * pred.min() / pred)).astype(np.int32)
+
+
 # --- FedShift --------------------------------------------------------------------------------
 
 def quantise_uniform(x: jax.Array, bits) -> jax.Array:

@@ -5,8 +5,8 @@ All four train the same MLP (pixels → hidden → 10, ReLU) on MNIST-format dat
 (``sim.data.load_mnist_format``: Fashion-MNIST from Debian's package here; scikit-learn's digits
 where none is installed), n = 8 workers holding i.i.d. shards (identical data distributions:
 any difference between workers comes from timing alone), float32. The quick preset uses the
-first 8,000 training images average-pooled to 14×14 and 3 seeds; the full preset 28×28 images,
-16,000 of them, and 5 seeds. Seeds vary the minibatch draws (and the timing noise where there is
+first 8,000 training images average-pooled to 14×14; both presets use 5 seeds; the full preset 28×28 images,
+16,000 of them. Seeds vary the minibatch draws (and the timing noise where there is
 some), not the initial model.
 
 1. ``specialisation``: 4 fast workers (τ = 1) and 4 slow ones (τ = R), R ∈ {1, 2, 4, 8, 16},
@@ -25,7 +25,7 @@ some), not the initial model.
 4. ``mitigation``: two 8× stragglers among 8 workers; each mitigation switched on against its own
    baseline: staleness weighting on ASGD, backup workers on synchronous SGD, and proactive
    scheduling (DPro-SM-like: per-worker local steps from predicted step times) on local SGD;
-   throughput, final loss and the specialisation index, seeds ≥ 5 in the full preset, bands shown.
+   throughput, final loss and the specialisation index, 5 seeds, bands shown.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class Preset:
 
 
 PRESETS = {
-    "quick": Preset(train=8000, test=2000, pool=2, hidden=64, batch=32, seeds=3, events=3000, horizon=250.0,
+    "quick": Preset(train=8000, test=2000, pool=2, hidden=64, batch=32, seeds=5, events=3000, horizon=250.0,
                     probes=128, logs=40),
     "full": Preset(train=16000, test=5000, pool=1, hidden=128, batch=32, seeds=5, events=8000, horizon=600.0,
                    probes=256, logs=60),
@@ -201,13 +201,19 @@ def findings_specialisation(d: dict) -> str:
                      f"{m['cos_Dense_0_fast']:.3f} / {m['cos_Dense_0_slow']:.3f} | "
                      f"{m['cos_Dense_1_fast']:.3f} / {m['cos_Dense_1_slow']:.3f} | {m['accuracy']:.3f}")
     hi = -1
-    gap0 = np.mean(d["div_Dense_0_slow"][hi]) / max(np.mean(d["div_Dense_0_fast"][hi]), 1e-30)
-    gap1 = np.mean(d["div_Dense_1_slow"][hi]) / max(np.mean(d["div_Dense_1_fast"][hi]), 1e-30)
-    early = gap0 > gap1
-    lines.append(f"At R = {d['ratios'][hi]:g} the slow workers' models are {gap0:.1f}x further from the server's than "
-                 f"the fast workers' in layer 1 and {gap1:.1f}x in layer 2. In ASGD a worker's model is the server "
-                 "model it was last handed, so this divergence is staleness seen through the representations; "
-                 f"it is relatively {'larger in the first' if early else 'larger in the last'} layer.")
+    r0 = d["div_Dense_0_slow"][hi] / d["div_Dense_0_fast"][hi]  # per seed
+    r1 = d["div_Dense_1_slow"][hi] / d["div_Dense_1_fast"][hi]
+    diff = r0 - r1
+    if np.all(diff > 0):
+        which = "larger in the first layer in every seed"
+    elif np.all(diff < 0):
+        which = "larger in the last layer in every seed"
+    else:
+        which = "not consistently larger in either layer across seeds"
+    lines.append(f"At R = {d['ratios'][hi]:g} the slow workers' models are {r0.mean():.1f}x (seeds {r0.min():.1f}–"
+                 f"{r0.max():.1f}) further from the server's than the fast workers' in layer 1 and {r1.mean():.1f}x "
+                 f"({r1.min():.1f}–{r1.max():.1f}) in layer 2. In ASGD a worker's model is the server model it was last "
+                 f"handed, so this divergence is staleness seen through the representations; the slow/fast ratio is {which}.")
     cos_gap = [float(np.mean(d[f"cos_{layer}_fast"][hi] - d[f"cos_{layer}_slow"][hi])) for layer in LAYERS]
     lines.append(f"Gradient alignment with the server's current gradient, fast minus slow: {cos_gap[0]:+.3f} "
                  f"(layer 1), {cos_gap[1]:+.3f} (layer 2). A layer-specific role (fast workers as early-layer "
@@ -217,9 +223,10 @@ def findings_specialisation(d: dict) -> str:
     lines.append(f"Data-dependent durations (R = 1, job time ∝ ink of the drawn images): Spearman ρ between a "
                  f"job's duration and its batch's loss under the final model = {d['dd_rho']:+.3f} "
                  f"(p = {d['dd_p']:.2g}, {len(d['dd_duration'])} jobs). "
-                 + ("Long jobs are the ones holding harder examples here." if d['dd_rho'] > 0.1 and d['dd_p'] < 0.01 else
-                    "Long jobs are the ones holding easier examples here." if d['dd_rho'] < -0.1 and d['dd_p'] < 0.01 else
-                    "No clear link between a job's duration and its examples' difficulty."))
+                 + ("Long jobs hold harder examples, clearly." if d['dd_rho'] >= 0.3 and d['dd_p'] < 0.01 else
+                    "Long jobs hold somewhat harder examples: the link is statistically clear but weak." if d['dd_rho'] > 0 and d['dd_p'] < 0.01 else
+                    "Long jobs hold easier examples." if d['dd_rho'] < 0 and d['dd_p'] < 0.01 else
+                    "No link found between a job's duration and its examples' difficulty."))
     rl = ", ".join(f"{layer} {v:+.2f}" for layer, v in d["dd_worker_rho"].items())
     lines.append(f"Across the 8 workers (shards i.i.d., so no worker is a persistent straggler), Spearman ρ between "
                  f"a worker's mean job duration and its representation divergence: {rl}; with 8 points only "
@@ -270,11 +277,17 @@ def compute_divergence(p: Preset) -> dict:
     prob, px, py, dsname = setup(p)
     tel = T.Representations(_module(p), px, py)
     gamma = 0.05
-    methods = {"ASGD": algos.asgd(stepsize=gamma),
-               "ASGD, staleness-weighted": algos.staleness_weighted_asgd(stepsize=gamma, staleness="polynomial", a=0.5)}
-    out = {"ratios": np.array(DIV_RATIOS, float), "dataset": dsname, "gamma": gamma, "curves": {}, "summary": {}}
+    out = {"ratios": np.array(DIV_RATIOS, float), "dataset": dsname, "gamma": gamma, "curves": {}, "summary": {},
+           "matched": {}}
     for r in DIV_RATIOS:
         sched = schedules.fixed_computation(two_speed_taus(r), num_events=p.events)
+        # the weighting also shrinks the mean step; the matched variant restores it: γ' = γ / mean s(δ)
+        s_mean = float(np.mean(algos.staleness_weight("polynomial", sched.staleness, a=0.5)))
+        out["matched"][r] = gamma / s_mean
+        methods = {"ASGD": algos.asgd(stepsize=gamma),
+                   "ASGD + staleness weighting": algos.staleness_weighted_asgd(stepsize=gamma, staleness="polynomial", a=0.5),
+                   "ASGD + staleness weighting, mean step matched": algos.staleness_weighted_asgd(
+                       stepsize=gamma / s_mean, staleness="polynomial", a=0.5)}
         for name, alg in methods.items():
             _progress(f"divergence: R = {r}, {name}")
             res = sim.sweep(alg, prob, sched, keys=_keys(p), telemetry=tel, log_every=_log_every(p.events, p.logs))
@@ -290,7 +303,7 @@ def compute_divergence(p: Preset) -> dict:
 
 
 def findings_divergence(d: dict) -> str:
-    names = sorted({k[1] for k in d["summary"]})
+    names = list(dict.fromkeys(k[1] for k in d["summary"]))
     lines = [f"Divergence ({d['dataset']}, 4 fast workers at τ = 1, 4 slow at τ = R, γ = {d['gamma']}; "
              "slow workers' 1 − CKA with the server model, second half, mean over seeds)."]
     for r in d["ratios"]:
@@ -300,14 +313,26 @@ def findings_divergence(d: dict) -> str:
         acc = {nm: float(np.mean(d["summary"][(r, nm, 'accuracy')])) for nm in names}
         lines.append(f"R = {r:g}, final test accuracy: " + ", ".join(f"{nm} {v:.3f}" for nm, v in acc.items()))
     r = d["ratios"][-1]
+    lines.append(f"Matched γ' = γ / mean s(δ): " + ", ".join(f"R = {rr:g}: {g:.3f}" for rr, g in d["matched"].items()) + ".")
+
+    def rel(nm, layer="Dense_0"):  # slow workers' divergence over the fast workers', per seed
+        slow, fast = d["summary"][(r, nm, layer)]
+        return slow / fast
+
     base = np.mean(d["summary"][(r, "ASGD", "Dense_0")][0])
-    weighted = np.mean(d["summary"][(r, "ASGD, staleness-weighted", "Dense_0")][0])
-    lines.append(f"At R = {r:g}, staleness weighting changes the slow workers' first-layer divergence by a factor "
-                 f"{weighted / base:.2f}. The weighting shrinks the server's steps for stale gradients, so the server "
-                 "moves less between a slow worker's pull and its return; "
-                 + ("it reduces the divergence." if weighted < 0.9 * base else
-                    "it increases the divergence." if weighted > 1.1 * base else
-                    "the effect on divergence is within ±10 %: no effect found."))
+    for nm in names[1:]:
+        w = np.mean(d["summary"][(r, nm, "Dense_0")][0])
+        lines.append(f"At R = {r:g}, {nm}: slow workers' first-layer divergence x{w / base:.2f} of vanilla's; "
+                     f"slow/fast ratio {rel(nm).mean():.1f} (vanilla {rel('ASGD').mean():.1f}).")
+    matched = "ASGD + staleness weighting, mean step matched"
+    w = np.mean(d["summary"][(r, matched, "Dense_0")][0])
+    slow_v, slow_m = d["summary"][(r, "ASGD", "Dense_0")][0], d["summary"][(r, matched, "Dense_0")][0]
+    sep = abs(slow_m.mean() - slow_v.mean()) > 2 * max(slow_m.std(), slow_v.std())
+    lines.append("Reading: the weighting multiplies every step by s(δ) < 1, and with 8 workers every gradient is a few "
+                 "updates stale, so at the same γ the server simply moves less and every worker's copy diverges less, "
+                 "even at R = 1; that is a step-size effect, not a staleness effect. At a matched mean step the "
+                 f"slow workers' divergence is x{w / base:.2f} of vanilla's at R = {r:g}, "
+                 + ("a difference clear of seed noise." if sep else "within seed noise: no effect of the weighting itself found."))
     return "\n".join(lines) + "\n"
 
 
@@ -317,10 +342,10 @@ def plot_divergence(d: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = sorted({k[1] for k in d["summary"]})
+    names = list(dict.fromkeys(k[1] for k in d["summary"]))
     fig, ax = plt.subplots(1, 2, figsize=(12, 4.4), dpi=110)
     r = d["ratios"][-1]
-    for nm, color in zip(names, ("tab:red", "tab:blue")):
+    for nm, color in zip(names, ("tab:red", "tab:blue", "tab:green")):
         for layer, ls in zip(LAYERS, ("-", "--")):
             t, slow, _ = d["curves"][(r, nm, layer)]
             ax[0].plot(t, slow.mean(axis=0), color=color, ls=ls, label=f"{nm}, {layer}")
@@ -344,7 +369,12 @@ def plot_divergence(d: dict, path: str) -> None:
 # --- 3. frontier ------------------------------------------------------------------------------
 
 LEVELS_H = (0.0, 0.5, 1.0, 1.5, 2.0)
-GAMMAS = np.array([0.025, 0.05, 0.1, 0.2])
+GAMMAS_ASYNC = np.array([0.025, 0.05, 0.1, 0.2])  # one gradient per step
+GAMMAS_SYNC = np.array([0.1, 0.2, 0.4, 0.8])  # steps on the average of up to 8 gradients (or of 8 models)
+
+
+def _grid(name: str) -> np.ndarray:
+    return GAMMAS_ASYNC if "ASGD" in name else GAMMAS_SYNC
 HIER = {2: 4, 4: 8}  # groups of 4 average every 2 steps, all 8 every 4
 
 
@@ -396,12 +426,13 @@ def _time_to(t: np.ndarray, acc: np.ndarray, target: float) -> float:
 
 def compute_frontier(p: Preset) -> dict:
     prob, _, _, dsname = setup(p)
-    out = {"levels": np.array(LEVELS_H), "dataset": dsname, "gammas": GAMMAS, "horizon": p.horizon, "results": {}}
+    out = {"levels": np.array(LEVELS_H), "dataset": dsname, "horizon": p.horizon, "results": {}, "gammas": {}}
     for h in LEVELS_H:
         taus = spread_taus(h)
         for name, (alg, sched) in frontier_methods(taus, p.horizon).items():
             _progress(f"frontier: h = {h}, {name} ({sched.num_events} events)")
-            res = sim.sweep(alg, prob, sched, keys=_keys(p), hparams={"stepsize": GAMMAS},
+            out["gammas"][name] = _grid(name)
+            res = sim.sweep(alg, prob, sched, keys=_keys(p), hparams={"stepsize": _grid(name)},
                             log_every=_log_every(sched.num_events, p.logs))
             acc = res.metrics["test_accuracy"]  # [G, S, logs]
             out["results"][(h, name)] = (res.metrics["time"], acc)
@@ -419,7 +450,7 @@ def _frontier_table(d: dict) -> dict:
         final = acc[:, :, -1]
         g = int(np.argmax(final.mean(axis=1)))
         tt = np.array([_time_to(t, a, d["target"]) for a in acc[g]])
-        tab[(h, name)] = (float(d["gammas"][g]), final[g], tt)
+        tab[(h, name)] = (float(d["gammas"][name][g]), final[g], tt)
     return tab
 
 
@@ -427,8 +458,10 @@ def findings_frontier(d: dict) -> str:
     tab = _frontier_table(d)
     names = list(dict.fromkeys(k[1] for k in d["results"]))
     lines = [f"Frontier ({d['dataset']}, n = 8, τ_i = e^(h z_i) scaled to the same total compute, simulated time "
-             f"budget {d['horizon']:g}, {next(iter(tab.values()))[1].shape[0]} seeds; each method at its best γ of "
-             f"{list(d['gammas'])} by final accuracy). Target accuracy {d['target']:.3f} (95 % of the best at h = 0).",
+             f"budget {d['horizon']:g}, {next(iter(tab.values()))[1].shape[0]} seeds; each method at its best γ by "
+             f"final accuracy, of {', '.join(f'{g:g}' for g in GAMMAS_ASYNC)} for ASGD and "
+             f"{', '.join(f'{g:g}' for g in GAMMAS_SYNC)} for the synchronous schemes). Target accuracy "
+             f"{d['target']:.3f} (95 % of the best at h = 0).",
              "h | " + " | ".join(names) + "   (final accuracy / time to target; inf: not reached)"]
     for h in d["levels"]:
         cells = []
@@ -437,13 +470,33 @@ def findings_frontier(d: dict) -> str:
             cells.append(f"{fin.mean():.3f} / {np.median(tt):.4g} (γ={g:g})")
         lines.append(f"{h:g} | " + " | ".join(cells))
     for nm in names:
-        fins = np.array([tab[(h, nm)][1].mean() for h in d["levels"]])
+        per = [tab[(h, nm)][1] for h in d["levels"]]
+        fins = np.array([v.mean() for v in per])
+        sd = max(float(v.std()) for v in per)
         k = int(np.argmax(fins))
-        interior = 0 < k < len(fins) - 1 and fins[k] - max(fins[0], fins[-1]) > 0.005
-        lines.append(f"{nm}: final accuracy {'peaks at an intermediate' if interior else 'is best at the'} "
-                     f"h = {d['levels'][k]:g} ({fins[k]:.3f}; at h = 0: {fins[0]:.3f}, at h = {d['levels'][-1]:g}: {fins[-1]:.3f}).")
-    lines.append("An 'optimal level of heterogeneity' would be an interior peak; where every method is best at h = 0 "
-                 "or the differences are within seed noise, the data show none.")
+        edge_gap = fins[k] - max(fins[0], fins[-1])
+        if k == 0:
+            shape = "falls as heterogeneity grows: highest at h = 0"
+        elif k < len(fins) - 1 and edge_gap > 2 * sd:
+            shape = f"peaks at an intermediate level, h = {d['levels'][k]:g}"
+        elif k == len(fins) - 1:
+            shape = f"rises with heterogeneity: highest at h = {d['levels'][k]:g}"
+        else:
+            shape = (f"rises with heterogeneity and levels off (highest at h = {d['levels'][k]:g}, within "
+                     f"2 seed sd of h = {d['levels'][-1]:g})")
+        lines.append(f"{nm}: final accuracy {shape} ({fins[k]:.3f}; h = 0: {fins[0]:.3f}, h = {d['levels'][-1]:g}: "
+                     f"{fins[-1]:.3f}; largest seed sd {sd:.3f}).")
+    edge = [f"{nm} at h = {h:g} (γ = {g:g})" for (h, nm), (g, _, _) in tab.items()
+            if g in (float(d["gammas"][nm][0]), float(d["gammas"][nm][-1]))]
+    if edge:
+        lines.append("Best step size at an edge of the grid (a wider grid might do better): " + "; ".join(edge) + ".")
+    lines.append("An 'optimal level of heterogeneity' would be an interior peak clear of seed noise. Synchronous "
+                 "schemes lose accuracy as soon as speeds spread (they wait for the slowest); vanilla ASGD, with "
+                 "i.i.d. shards, gains from a spread of speeds at fixed total compute (its fast workers deliver "
+                 "fresher gradients and the bias toward them costs nothing when every shard has the same "
+                 "distribution); Rescaled ASGD, which gives slow workers proportionally larger steps, needs a "
+                 "smaller γ as the spread grows and loses. These statements hold for identical data distributions; "
+                 "with non-i.i.d. shards vanilla ASGD's bias toward fast workers is a cost (see r1, r2, r5).")
     return "\n".join(lines) + "\n"
 
 
@@ -481,24 +534,13 @@ STRAGGLERS = np.r_[np.ones(6), np.full(2, 8.0)]
 LOCAL_H = 4
 
 
-def proactive_local_steps(observed: np.ndarray, local_steps: int, *, smoothing: float = 0.3) -> np.ndarray:
-    """DPro-SM-like prediction (spec §13, [INFERRED]; not DPro-SM, whose predictor and rule are
-    unpublished beyond its abstract): per worker, an EWMA of its observed per-step times
-    (``observed`` [n, k], oldest first) predicts the next, and the local steps are set so that
-    predicted finish times line up: H_i = max(1, round(H · T̂_min / T̂_i))."""
-    pred = observed[:, 0].astype(float)
-    for k in range(1, observed.shape[1]):
-        pred = (1 - smoothing) * pred + smoothing * observed[:, k]
-    return np.maximum(1, np.round(local_steps * pred.min() / pred)).astype(np.int32)
-
-
 def mitigation_methods(horizon: float, seed: int = 0) -> dict:
     taus = STRAGGLERS
     timing = _timing(taus, seed)
     rate = np.sum(1.0 / taus)
     rounds = int(horizon / (taus.max() * 1.3))
     warm = timing.durations(10)  # a warm-up window of observed step times, for the predictor
-    H_i = proactive_local_steps(warm, LOCAL_H)
+    H_i = algos.dpro_sm_like_local_steps(warm, LOCAL_H)
     local_timing = _timing(taus * LOCAL_H, seed)
     pro_timing = _timing(taus * H_i, seed)
     return {
@@ -517,7 +559,7 @@ def mitigation_methods(horizon: float, seed: int = 0) -> dict:
                                        algos.local_sgd(local_stepsize=0.1, local_steps=LOCAL_H),
                                        _until(lambda c: schedules.barrier(local_timing, num_rounds=c), horizon,
                                               int(rounds / LOCAL_H))),
-        f"local SGD, DPro-SM-like H_i = {list(map(int, H_i))}": (
+        "local SGD + DPro-SM-like H_i": (
             "proactive scheduling", True, algos.local_sgd(local_stepsize=0.1, local_steps=H_i),
             _until(lambda c: schedules.barrier(pro_timing, num_rounds=c), horizon, int(rounds / LOCAL_H))),
     }, H_i
@@ -544,15 +586,19 @@ def compute_mitigation(p: Preset) -> dict:
 def findings_mitigation(d: dict) -> str:
     lines = [f"Mitigation trade-off ({d['dataset']}, n = 8 with two 8x stragglers, exponential timing noise, "
              f"time budget {d['horizon']:g}, γ = 0.1, {len(next(iter(d['rows'].values()))['loss'])} seeds; "
-             "specialisation index = 1 − mean pairwise CKA of the workers' models, second half, mean of the two layers).",
+             "specialisation index = 1 − mean pairwise CKA of the workers' models, second half, mean of the two layers). "
+             f"DPro-SM-like: local steps per worker H_i = {list(map(int, d['H_i']))} from an EWMA of each worker's "
+             f"first 10 step times (H = {LOCAL_H} for the fastest).",
              "method | applied gradient steps per unit time | final training loss | test accuracy | specialisation"]
     for name, r in d["rows"].items():
         lines.append(f"{name} | {r['throughput']:.2f} | {r['loss'].mean():.4f} ± {r['loss'].std():.4f} | "
                      f"{r['accuracy'].mean():.3f} | {r['specialisation'].mean():.2e}")
     groups = list(dict.fromkeys(r["group"] for r in d["rows"].values()))
     for g in groups:
-        off = next(r for r in d["rows"].values() if r["group"] == g and not r["on"])
-        on = next(r for r in d["rows"].values() if r["group"] == g and r["on"])
+        off = next((r for r in d["rows"].values() if r["group"] == g and not r["on"]), None)
+        on = next((r for r in d["rows"].values() if r["group"] == g and r["on"]), None)
+        if off is None or on is None:
+            continue
         dl = on["loss"].mean() - off["loss"].mean()
         noise = max(on["loss"].std(), off["loss"].std())
         verdict = ("lowers" if dl < -2 * noise else "raises" if dl > 2 * noise else "does not change (within 2 sd)")
@@ -560,9 +606,12 @@ def findings_mitigation(d: dict) -> str:
         lines.append(f"{g}: throughput {off['throughput']:.2f} → {on['throughput']:.2f}; {verdict} the final loss "
                      f"({off['loss'].mean():.4f} → {on['loss'].mean():.4f}); specialisation index "
                      f"{off['specialisation'].mean():.2e} → {on['specialisation'].mean():.2e} ({ds:+.2e}).")
+    lines.append("Staleness weighting is compared at the same γ, so it also shrinks the mean step; hetero-divergence "
+                 "separates the two (at a matched mean step it finds no effect on the slow workers' divergence).")
     lines.append("Synchronous methods hand every worker the same model each round, so their workers' models agree at "
-                 "every log point and their specialisation index is 0 by construction; only asynchronous methods "
-                 "leave room for worker models to differ, and there the difference is staleness.")
+                 "every log point and their specialisation index is 0 by construction (the ±1e-7 printed is float32 "
+                 "rounding of CKA = 1); only asynchronous methods leave room for worker models to differ, and there "
+                 "the difference is staleness.")
     return "\n".join(lines) + "\n"
 
 
@@ -584,7 +633,7 @@ def plot_mitigation(d: dict, path: str) -> None:
         a.errorbar(x, [v.mean() for v in vals], yerr=[[v.mean() - v.min() for v in vals], [v.max() - v.mean() for v in vals]],
                    fmt="none", ecolor="k", capsize=3)
         a.set_xticks(x)
-        a.set_xticklabels([n.replace(", DPro", ",\nDPro").replace(" + ", "\n+ ") for n in names], rotation=60, ha="right",
+        a.set_xticklabels([n.replace(" + ", "\n+ ") for n in names], rotation=60, ha="right",
                           fontsize=7)
         a.set_title(label, fontsize=9)
         a.grid(alpha=0.3, axis="y")

@@ -247,6 +247,16 @@ def test_a_edit_local_steps_by_hand():
         algos.a_edit_local_steps([1.0], 0.0)
 
 
+def test_dpro_sm_like_local_steps_by_hand_and_equal_speeds_give_local_sgd():
+    # EWMA with smoothing 0.5 of [2, 4] is 3; of [1, 1] is 1: H_i = round(4 · 1/3) = 1 and 4
+    obs = np.array([[2.0, 4.0], [1.0, 1.0]])
+    np.testing.assert_array_equal(algos.dpro_sm_like_local_steps(obs, 4, smoothing=0.5), [1, 4])
+    np.testing.assert_array_equal(algos.dpro_sm_like_local_steps(np.array([[8.0], [1.0]]), 4), [1, 4])
+    np.testing.assert_array_equal(algos.dpro_sm_like_local_steps(np.full((3, 5), 2.0), 6), [6, 6, 6])
+    with pytest.raises(ValueError, match="positive step times"):
+        algos.dpro_sm_like_local_steps(np.array([[1.0, -1.0]]), 4)
+
+
 # --- FedShift ---------------------------------------------------------------------------------
 
 def test_uniform_quantiser_by_hand():

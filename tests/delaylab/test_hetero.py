@@ -20,13 +20,6 @@ def test_spread_taus_keep_total_compute_and_are_equal_at_h0():
         assert t[-1] * t[0] == pytest.approx(np.prod(t) ** (2 / 8), rel=1e-12)  # symmetric quantiles
 
 
-def test_proactive_local_steps_by_hand():
-    # EWMA with smoothing 0.5 of [2, 4] is 3; of [1, 1] is 1: H_i = round(4 · 1/3) = 1 and 4
-    obs = np.array([[2.0, 4.0], [1.0, 1.0]])
-    np.testing.assert_array_equal(hetero.proactive_local_steps(obs, 4, smoothing=0.5), [1, 4])
-    np.testing.assert_array_equal(hetero.proactive_local_steps(np.array([[8.0], [1.0]]), 4), [1, 4])
-
-
 def test_until_gives_the_shortest_schedule_that_reaches_the_horizon():
     timing = schedules.FixedTiming(np.array([1.0, 3.0]))
     s = hetero._until(lambda c: schedules.asynchronous(timing, num_events=c), 10.0, 2)
@@ -38,20 +31,34 @@ def test_until_gives_the_shortest_schedule_that_reaches_the_horizon():
 
 
 def test_mitigation_experiment_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
+    """Through the CLI, on a tiny preset and three of the six configurations (each configuration
+    compiles its own run: the real preset's runtime is in benchmarks/RESULTS.md, not tested)."""
+    import csv
+
     tiny = dataclasses.replace(hetero.PRESETS["quick"], train=800, test=200, pool=4, hidden=16, seeds=2,
                                horizon=40.0, probes=32, logs=5)
     monkeypatch.setitem(hetero.PRESETS, "quick", tiny)
+    real = hetero.mitigation_methods
+
+    def three(horizon, seed=0):
+        methods, H_i = real(horizon, seed)
+        keep = ("ASGD", "synchronous SGD", "synchronous + 2 backup workers")
+        return {k: v for k, v in methods.items() if k in keep}, H_i
+
+    monkeypatch.setattr(hetero, "mitigation_methods", three)
     assert cli.main(["figure", "hetero-mitigation", "--quick", "--out", str(tmp_path)]) == 0
     text = (tmp_path / "hetero_mitigation.txt").read_text()
-    rows = np.genfromtxt(tmp_path / "hetero_mitigation.csv", delimiter=",", names=True, dtype=None, encoding=None)
-    assert len(rows) == 6 * 2  # six configurations, two seeds
+    with open(tmp_path / "hetero_mitigation.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 3 * 2  # three configurations, two seeds
     assert (tmp_path / "hetero_mitigation.png").stat().st_size > 10_000
-    sync = rows[rows["method"] == "synchronous SGD"]
-    backup = rows[rows["method"] == "synchronous + 2 backup workers"]
+
+    def col(method, name):
+        return np.array([float(r[name]) for r in rows if r["method"] == method])
+
     # backup workers never wait for the two 8x stragglers: more rounds in the same time
-    assert backup["throughput"][0] > 1.5 * sync["throughput"][0]
-    assert np.all(sync["specialisation"] == 0.0)  # synchronous workers hold the same model at log points
-    asgd = rows[rows["method"] == "ASGD"]
-    assert np.all(asgd["specialisation"] > 0.0)  # asynchronous ones hold stale copies
-    for g in ("staleness weighting", "backup workers", "proactive scheduling"):
-        assert g + ": throughput" in text
+    assert col("synchronous + 2 backup workers", "throughput")[0] > 1.5 * col("synchronous SGD", "throughput")[0]
+    assert np.all(np.abs(col("synchronous SGD", "specialisation")) < 1e-6)  # one model for all (float32 CKA)
+    assert np.all(col("ASGD", "specialisation") > 0.0)  # asynchronous workers hold stale copies
+    assert np.all(col("ASGD", "final_loss") < np.log(10))  # below the untrained loss
+    assert "backup workers: throughput" in text
