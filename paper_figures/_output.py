@@ -8,6 +8,16 @@ from typing import Callable
 from sim import store
 
 
+def pyplot():
+    """matplotlib.pyplot on the non-interactive Agg backend (figures are written, never shown)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def save_figure(fig, path: str) -> None:
     import matplotlib.pyplot as plt
 

@@ -40,7 +40,7 @@ from scipy import stats as sps
 
 import algos
 import sim
-from paper_figures._output import save_figure, write_outputs
+from paper_figures._output import pyplot, save_figure, write_outputs
 from sim import schedules
 from sim import telemetry as T
 from sim.models import MLP
@@ -235,10 +235,7 @@ def findings_specialisation(d: dict) -> str:
 
 
 def plot_specialisation(d: dict, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(1, 3, figsize=(15, 4.4), dpi=110)
     r = d["ratios"]
@@ -337,10 +334,7 @@ def findings_divergence(d: dict) -> str:
 
 
 def plot_divergence(d: dict, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = list(dict.fromkeys(k[1] for k in d["summary"]))
     fig, ax = plt.subplots(1, 2, figsize=(12, 4.4), dpi=110)
@@ -501,10 +495,7 @@ def findings_frontier(d: dict) -> str:
 
 
 def plot_frontier(d: dict, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     tab = _frontier_table(d)
     names = list(dict.fromkeys(k[1] for k in d["results"]))
@@ -616,10 +607,7 @@ def findings_mitigation(d: dict) -> str:
 
 
 def plot_mitigation(d: dict, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = list(d["rows"])
     fig, ax = plt.subplots(1, 4, figsize=(18, 4.6), dpi=100)

@@ -321,3 +321,24 @@ class Representations:
                 out[f"grad_var/{name}"] = variance(g)
                 out[f"grad_diversity/{name}"] = diversity(g)
         return out
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ShardLossMatrix:
+    """The worker × shard loss matrix of spec §14 T7 at every log point:
+    ``shard_loss`` [n, n] with entry (i, j) = shard j's full loss under worker i's model, from
+    the problem's own ``local_objectives`` (pass ``problem.fns.local_objectives``). A diagonal
+    below its rows' means is specialisation to one's own shard; with i.i.d. shards none is
+    expected. ``field`` as in :class:`WorkerSpread`."""
+
+    local_objectives: Callable
+    field: str | None = None
+
+    def __call__(self, data, server, points) -> dict:
+        del server
+        y = points if self.field is None else getattr(points, self.field)
+        L = jax.lax.map(lambda p: self.local_objectives(data, p), y)
+        n = L.shape[0]
+        own = jnp.trace(L) / n
+        other = (jnp.sum(L) - jnp.trace(L)) / max(n * (n - 1), 1)
+        return {"shard_loss": L, "own_shard_gap": other - own}

@@ -225,3 +225,27 @@ def test_representations_at_the_log_points_equal_numpy():
     assert res.metrics["telemetry/specialisation/Dense_0"][-1] > 0  # the workers did differ (10 % 4 != 0)
     with pytest.raises(ValueError, match="equal batches of >= 4"):
         T.Representations(module, probe_x, minibatches=5)
+
+
+def test_shard_loss_matrix_equals_a_loop_over_workers_and_shards():
+    """On ASGD over quadratics: entry (i, j) at the last log point is F_j at worker i's point."""
+    import algos
+    import sim
+    from sim import schedules
+
+    prob = sim.problems.random_quadratic(3, 2, seed=5)
+    A, b = prob.curvature
+    res = sim.run(algos.asgd(stepsize=0.1), prob, schedules.fixed_computation([1.0, 2.0, 3.0], num_events=17),
+                  key=jax.random.key(0), telemetry=T.ShardLossMatrix(prob.fns.local_objectives), log_every=5,
+                  record_params=True)
+    # worker i's point: the server model right after its last arrival (ASGD hands it that)
+    sched = schedules.fixed_computation([1.0, 2.0, 3.0], num_events=17)
+    x = np.zeros(2)
+    points = np.zeros((3, 2))
+    for i in sched.worker:  # a gradient at the worker's point, then it is handed the new model
+        x = x - 0.1 * A[i] @ (points[i] - b[i])
+        points[i] = x
+    L = np.array([[0.5 * (p - b[j]) @ A[j] @ (p - b[j]) for j in range(3)] for p in points])
+    np.testing.assert_allclose(res.metrics["telemetry/shard_loss"][-1], L, rtol=1e-12)
+    gap = (L.sum() - np.trace(L)) / 6 - np.trace(L) / 3
+    assert res.metrics["telemetry/own_shard_gap"][-1] == pytest.approx(gap, rel=1e-12)
