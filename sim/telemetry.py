@@ -342,3 +342,42 @@ class ShardLossMatrix:
         own = jnp.trace(L) / n
         other = (jnp.sum(L) - jnp.trace(L)) / max(n * (n - 1), 1)
         return {"shard_loss": L, "own_shard_gap": other - own}
+
+
+# --- per worker, from the schedule (host side) ------------------------------------------------
+
+def worker_timing(schedule) -> dict[str, np.ndarray]:
+    """Per-worker timing statistics of a :class:`sim.schedules.Schedule` (spec §14 T6), each an
+    array with one entry per worker:
+
+    - ``updates_per_time``: delivered arrivals per unit of simulated time;
+    - ``acceptance``: the fraction of the worker's jobs whose result was delivered (backup
+      workers' cancelled jobs and lost results count as not accepted);
+    - ``staleness_mean``, ``staleness_max``: over its delivered arrivals (``staleness_hist``
+      [n, max + 1]: their counts by staleness);
+    - ``compute_mean``: mean job duration, start to the end of its computation;
+    - ``idle_fraction``: the part of the run's time the worker was not computing (waiting at a
+      barrier, a group average or after its last job).
+    """
+    n = schedule.num_workers
+    w, ok = schedule.worker, schedule.delivered
+    end = schedule.compute_finish if schedule.compute_finish is not None else schedule.finish
+    dur = end - schedule.start
+    st = schedule.staleness
+    T_end = schedule.end_time
+    jobs = np.bincount(w, minlength=n)
+    acc = np.bincount(w[ok], minlength=n)
+    busy = np.bincount(w, weights=dur, minlength=n)
+    hist = np.zeros((n, int(st[ok].max(initial=0)) + 1), np.int64)
+    np.add.at(hist, (w[ok], st[ok]), 1)
+    smax = np.array([st[ok & (w == i)].max(initial=0) for i in range(n)])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return {
+            "updates_per_time": acc / T_end,
+            "acceptance": np.where(jobs > 0, acc / np.maximum(jobs, 1), np.nan),
+            "staleness_mean": np.where(acc > 0, np.bincount(w[ok], weights=st[ok], minlength=n) / np.maximum(acc, 1), np.nan),
+            "staleness_max": smax,
+            "staleness_hist": hist,
+            "compute_mean": np.where(jobs > 0, busy / np.maximum(jobs, 1), np.nan),
+            "idle_fraction": 1.0 - busy / T_end,
+        }

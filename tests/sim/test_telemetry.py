@@ -249,3 +249,23 @@ def test_shard_loss_matrix_equals_a_loop_over_workers_and_shards():
     np.testing.assert_allclose(res.metrics["telemetry/shard_loss"][-1], L, rtol=1e-12)
     gap = (L.sum() - np.trace(L)) / 6 - np.trace(L) / 3
     assert res.metrics["telemetry/own_shard_gap"][-1] == pytest.approx(gap, rel=1e-12)
+
+
+def test_worker_timing_by_hand():
+    from sim import schedules
+
+    # async, τ = (1, 3), 4 events: worker 0 at 1, 2, 3; worker 1 at 3 (after 0's third)
+    s = schedules.fixed_computation([1.0, 3.0], num_events=4)
+    r = T.worker_timing(s)
+    np.testing.assert_allclose(r["updates_per_time"], [1.0, 1 / 3])
+    np.testing.assert_allclose(r["acceptance"], [1.0, 1.0])
+    np.testing.assert_allclose(r["staleness_mean"], [0.0, 3.0])  # worker 1's job saw 0's three arrivals
+    np.testing.assert_array_equal(r["staleness_hist"], [[3, 0, 0, 0], [0, 0, 0, 1]])
+    np.testing.assert_allclose(r["compute_mean"], [1.0, 3.0])
+    np.testing.assert_allclose(r["idle_fraction"], [0.0, 0.0])
+    # backup workers: 3 workers, τ = (1, 2, 4), one backup: rounds close at 2; worker 2 never accepted
+    b = schedules.backup_workers(schedules.FixedTiming(np.array([1.0, 2.0, 4.0])), num_rounds=3, backups=1)
+    r = T.worker_timing(b)
+    np.testing.assert_allclose(r["acceptance"], [1.0, 1.0, 0.0])
+    np.testing.assert_allclose(r["idle_fraction"], [0.5, 0.0, 0.0])  # worker 0 waits 1 of every 2
+    np.testing.assert_allclose(r["updates_per_time"], [0.5, 0.5, 0.0])
