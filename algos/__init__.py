@@ -18,6 +18,7 @@ from algos.asgd import (
 )
 from algos.base import Algorithm, Event, gradient_work
 from algos.mitigation import fedasync, hierarchical_sgd, staleness_weight, staleness_weighted_asgd
+from algos.grouped import groups_by_speed, gsp
 from algos.local import async_local_sgd, dylu_local_steps, local_adamw_work, local_sgd_work
 from algos.periodic import a_edit_local_steps, dpro_sm_like_local_steps, edit, fedshift, local_sgd, palsgd
 from algos.rounds import malenia_sgd, point_and_gradient_work, rennala_sgd, ringleader_asgd
@@ -57,6 +58,8 @@ __all__ = [
     "rennala_sgd",
     "ringleader_asgd",
     "gradient_work",
+    "groups_by_speed",
+    "gsp",
     "hierarchical_sgd",
     "minibatch_sgd",
     "rescaled_asgd",

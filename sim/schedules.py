@@ -79,6 +79,10 @@ class Schedule:
       compute_finish: float64 or None: when each job's computation ended, where that is earlier
         than ``finish`` (hierarchical rounds: ``finish`` is when every worker has ended the
         round's step, so that ``finish`` stays non-decreasing; this is each worker's own end).
+      pull_only: bool or None: True for events that carry no result, only a worker's pull of the
+        current model when a blocking rule releases it (:func:`stale_synchronous`); they are
+        undelivered events, so every algorithm already treats them as "ignore the message and
+        hand the worker the current model".
       job_key: None, or the raw data (uint32) of the PRNG key the durations were drawn with
         (:class:`ExampleCostTiming`). The engine then keys job k of worker i by
         ``fold_in(fold_in(key, i), k)`` instead of by its event index, so that the examples a
@@ -97,12 +101,13 @@ class Schedule:
     description: str = ""
     compute_finish: np.ndarray | None = None
     job_key: np.ndarray | None = None
+    pull_only: np.ndarray | None = None
 
     def __post_init__(self):
         for name in ("worker", "start", "finish", "version", "delivered", "round"):
             arr = getattr(self, name)
             arr.setflags(write=False)
-        for name in ("compute_finish", "job_key"):
+        for name in ("compute_finish", "job_key", "pull_only"):
             if getattr(self, name) is not None:
                 getattr(self, name).setflags(write=False)
         if self.num_events < 1:
@@ -718,6 +723,97 @@ def hierarchical(timing: Timing, *, num_steps: int, levels, warmup: int = 0, com
     return _rounds(timing, worker_l, start_l, finish_l, None,
                    description or f"hierarchical local steps, levels {dict(lv)}, warm-up {warmup}, {num_steps} steps",
                    compute_finish=compute_l)
+
+
+def stale_synchronous(timing: Timing, *, num_jobs: int, groups, bound: int | None, description: str = "") -> Schedule:
+    """Stale synchronous parallel within groups (SSP; the intra-group rule of GSP/GSSP, spec
+    mitigation.md §5): a worker that has completed ``c_i`` iterations may start another only while
+    ``c_i <= min_{j in its group} c_j + bound``; otherwise it waits, and it is released the moment
+    the slowest of its group reports. ``bound=None``: no waiting (:func:`asynchronous`).
+
+    A release is an event of its own: a ``pull_only``, undelivered event at the release time
+    (``start`` = when the worker began to wait), so the released worker computes on the model as
+    it is then, not as it was when it reported. Releases follow the report that caused them, in
+    worker order. ``num_jobs`` counts the reports (the delivered events), not the releases.
+
+    Args:
+      groups: one group index per worker (workers of a group share the bound).
+      bound: s ≥ 0, or None.
+    """
+    n = timing.num_workers
+    num_jobs = _check_count(num_jobs, "num_jobs")
+    group = np.asarray(groups)
+    if group.shape != (n,) or not np.issubdtype(group.dtype, np.integer) or np.any(group < 0):
+        raise ValueError(f"groups must give one group index (>= 0) per worker ({n}); got {groups!r}")
+    if bound is not None and (isinstance(bound, bool) or int(bound) != bound or bound < 0):
+        raise ValueError(f"bound must be an integer >= 0 or None (no waiting); got {bound!r}")
+    members = {int(g): np.flatnonzero(group == g) for g in np.unique(group)}
+    jobs = int(num_jobs) + 8
+    while True:
+        dur = timing.durations(jobs)
+        if not np.all(np.isfinite(dur)):
+            raise ValueError("the timing model ran out of recorded jobs")
+        out = _ssp_events(timing, dur, group, members, bound, num_jobs)
+        if out is not None:
+            break
+        jobs *= 2
+    worker, start, finish, compute, pull = (np.asarray(a) for a in out)
+    delivered = ~pull
+    return Schedule(
+        worker=worker.astype(np.int32), start=start, finish=finish,
+        version=_versions_async(worker, delivered, n), delivered=delivered,
+        round=np.full(worker.shape[0], -1, dtype=np.int64), num_workers=n, policy="async",
+        mean_durations=np.asarray(timing.mean_durations, dtype=np.float64).copy(),
+        description=description or f"SSP bound {bound} in {len(members)} group(s), {type(timing).__name__}, {num_jobs} jobs",
+        compute_finish=compute, job_key=_job_key(timing), pull_only=pull)
+
+
+def _ssp_events(timing, dur, group, members, bound, num_jobs):
+    """The event lists of :func:`stale_synchronous`, or None if ``dur`` has too few jobs."""
+    import heapq
+
+    n = dur.shape[0]
+    count = np.zeros(n, np.int64)  # completed iterations
+    started = np.zeros(n, np.int64)  # jobs started (the column of ``dur`` used next)
+    began = np.zeros(n)
+    waiting_since = np.full(n, np.nan)
+    heap: list = []
+    ev_w, ev_s, ev_f, ev_c, ev_p = [], [], [], [], []
+
+    def launch(i, t):
+        if started[i] >= dur.shape[1]:
+            return False
+        w = dur[i, started[i]]
+        f = (float(timing.time_at(i, timing.work_at(i, t) + w)) if isinstance(timing, SlowdownTiming) else t + w)
+        started[i] += 1
+        began[i] = t
+        heapq.heappush(heap, (f, i))
+        return True
+
+    for i in range(n):
+        if not launch(i, 0.0):
+            return None
+    reports = 0
+    while reports < num_jobs:
+        t, i = heapq.heappop(heap)
+        count[i] += 1
+        reports += 1
+        ev_w.append(i), ev_s.append(began[i]), ev_f.append(t), ev_c.append(t), ev_p.append(False)
+        peers = members[int(group[i])]
+        low = count[peers].min()
+        if bound is None or count[i] <= low + bound:
+            if not launch(i, t):
+                return None
+        else:
+            waiting_since[i] = t
+        for j in peers:  # releases, in worker order
+            if j != i and not np.isnan(waiting_since[j]) and count[j] <= low + bound:
+                ev_w.append(j), ev_s.append(waiting_since[j]), ev_f.append(t), ev_c.append(waiting_since[j])
+                ev_p.append(True)
+                waiting_since[j] = np.nan
+                if not launch(j, t):
+                    return None
+    return ev_w, ev_s, ev_f, ev_c, ev_p
 
 
 # --- convenience constructors (the public names) ----------------------------------------------

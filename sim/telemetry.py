@@ -357,13 +357,15 @@ def worker_timing(schedule) -> dict[str, np.ndarray]:
       [n, max + 1]: their counts by staleness);
     - ``compute_mean``: mean job duration, start to the end of its computation;
     - ``idle_fraction``: the part of the run's time the worker was not computing (waiting at a
-      barrier, a group average or after its last job).
+      barrier, a group average, a staleness bound or after its last job).
+    Release events (``Schedule.pull_only``) are not jobs and are left out.
     """
     n = schedule.num_workers
-    w, ok = schedule.worker, schedule.delivered
+    real = np.ones(schedule.num_events, bool) if schedule.pull_only is None else ~schedule.pull_only
     end = schedule.compute_finish if schedule.compute_finish is not None else schedule.finish
-    dur = end - schedule.start
-    st = schedule.staleness
+    w, ok = schedule.worker[real], schedule.delivered[real]
+    dur = (end - schedule.start)[real]
+    st = schedule.staleness[real]
     T_end = schedule.end_time
     jobs = np.bincount(w, minlength=n)
     acc = np.bincount(w[ok], minlength=n)

@@ -196,3 +196,55 @@ def test_wbsp_with_one_worker_is_sgd_and_refuses_bad_input():
     with pytest.raises(ValueError, match=r"slowest must be a worker index \(0..2\)"):
         sim.run(algos.wbsp(stepsize=0.1, slowest=3), sim.problems.random_quadratic(3, 2),
                 schedules.fixed_computation([1.0, 1.0, 2.0], num_events=5), key=jax.random.key(0))
+
+
+def _loop_gsp(A, b, sched, *, lr, group, P):
+    n, dim = b.shape
+    G = group.max() + 1
+    X = np.zeros((G, dim))
+    pending = np.zeros((G, dim))
+    pushes = np.zeros(G, int)
+    points = np.zeros((n, dim))
+    for e, i in enumerate(sched.worker):
+        k = group[i]
+        if sched.delivered[e]:
+            g = quadratic_gradient(A, b, i, points[i])
+            X[k] -= lr / n * g
+            pending[k] += g
+            pushes[k] += 1
+            if pushes[k] % P == 0:
+                for h in range(G):
+                    if h != k:
+                        X[h] -= lr / n * pending[k]
+                pending[k] = 0.0
+                pushes[k] = 0
+        points[i] = X[k]
+    return X
+
+
+def test_gsp_on_stale_synchronous_groups_equals_a_plain_loop():
+    prob = sim.problems.random_quadratic(6, 3, seed=11)
+    A, b = prob.curvature
+    taus = np.array([1.0, 1.2, 3.0, 3.5, 8.0, 9.0])
+    group = algos.groups_by_speed(taus, 3)
+    np.testing.assert_array_equal(group, [0, 0, 1, 1, 2, 2])
+    sched = schedules.with_failures(
+        schedules.stale_synchronous(schedules.RandomTiming(taus, seed=4), num_jobs=150, groups=group, bound=1),
+        probability=0.1, seed=6)
+    assert sched.pull_only.sum() > 5  # some workers did wait for their group
+    res = sim.run(algos.gsp(stepsize=0.3, groups=group, forward_every=2), prob, sched, key=jax.random.key(0))
+    X = _loop_gsp(A, b, sched, lr=0.3, group=group, P=2)
+    assert rel_err(res.state.models, X) < 1e-12
+    assert rel_err(res.params, X.mean(axis=0)) < 1e-12
+
+
+def test_gsp_with_one_group_or_immediate_forwarding_is_asgd():
+    prob = sim.problems.random_quadratic(4, 3, seed=12)
+    sched = schedules.fixed_computation([1.0, 2.0, 3.0, 5.0], num_events=60)
+    ref = sim.run(algos.asgd(stepsize=0.1 / 4), prob, sched, key=jax.random.key(0))
+    one = sim.run(algos.gsp(stepsize=0.1, groups=[0, 0, 0, 0]), prob, sched, key=jax.random.key(0))
+    fwd = sim.run(algos.gsp(stepsize=0.1, groups=[0, 0, 1, 1], forward_every=1), prob, sched, key=jax.random.key(0))
+    assert rel_err(one.params, ref.params) < 1e-13
+    assert rel_err(fwd.params, ref.params) < 1e-13
+    with pytest.raises(ValueError, match="group indices must be 0..G−1, each used"):
+        algos.gsp(stepsize=0.1, groups=[0, 2])

@@ -296,3 +296,28 @@ def test_example_cost_timing_refuses_bad_input():
         schedules.ExampleCostTiming(np.ones((2, 5)), batch_size=2, key=0)
     with pytest.raises(ValueError, match="mean duration must be > 0"):
         schedules.ExampleCostTiming(np.zeros((2, 5)), batch_size=2, key=jax.random.key(0))
+
+
+def test_stale_synchronous_by_hand_and_without_a_bound_is_asynchronous():
+    # one group, τ = (1, 3), bound 1: worker 0 reports at 1, 2 (then waits: 2 > 0 + 1), is released
+    # when worker 1 reports at 3, reports at 4 (waits: 3 > 1 + 1), is released at 6, ...
+    s = schedules.stale_synchronous(schedules.FixedTiming(np.array([1.0, 3.0])), num_jobs=6, groups=[0, 0], bound=1)
+    np.testing.assert_array_equal(s.worker, [0, 0, 1, 0, 0, 1, 0, 0])
+    np.testing.assert_allclose(s.finish, [1, 2, 3, 3, 4, 6, 6, 7])
+    np.testing.assert_allclose(s.start, [0, 1, 0, 2, 3, 3, 4, 6])
+    np.testing.assert_array_equal(s.pull_only, [0, 0, 0, 1, 0, 0, 1, 0])
+    np.testing.assert_array_equal(s.delivered, ~s.pull_only)
+    # the job after a release starts at the release: it saw the report that released it
+    assert s.version[4] == 3 and s.staleness[4] == 0
+    free = schedules.stale_synchronous(schedules.FixedTiming(np.array([1.0, 3.0, 2.0])), num_jobs=20,
+                                       groups=[0, 0, 1], bound=None)
+    ref = schedules.fixed_computation([1.0, 3.0, 2.0], num_events=20)
+    np.testing.assert_array_equal(free.worker, ref.worker)
+    np.testing.assert_allclose(free.finish, ref.finish)
+    assert not free.pull_only.any()
+    # separate groups do not wait for each other: the fast group never waits for worker 1
+    two = schedules.stale_synchronous(schedules.FixedTiming(np.array([1.0, 5.0, 1.0, 1.0])), num_jobs=12,
+                                      groups=[0, 0, 1, 1], bound=1)
+    assert two.pull_only[two.worker == 0].any() and not two.pull_only[two.worker >= 2].any()
+    with pytest.raises(ValueError, match="bound must be an integer >= 0 or None"):
+        schedules.stale_synchronous(schedules.FixedTiming(np.ones(2)), num_jobs=3, groups=[0, 0], bound=-1)

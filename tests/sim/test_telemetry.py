@@ -269,3 +269,13 @@ def test_worker_timing_by_hand():
     np.testing.assert_allclose(r["acceptance"], [1.0, 1.0, 0.0])
     np.testing.assert_allclose(r["idle_fraction"], [0.5, 0.0, 0.0])  # worker 0 waits 1 of every 2
     np.testing.assert_allclose(r["updates_per_time"], [0.5, 0.5, 0.0])
+
+
+def test_worker_timing_leaves_out_the_releases_of_a_staleness_bound():
+    from sim import schedules
+
+    s = schedules.stale_synchronous(schedules.FixedTiming(np.array([1.0, 3.0])), num_jobs=6, groups=[0, 0], bound=1)
+    r = T.worker_timing(s)  # worker 0 computes 4 × 1 of 7 time units, waits the rest; worker 1 6 of 7
+    np.testing.assert_allclose(r["acceptance"], [1.0, 1.0])
+    np.testing.assert_allclose(r["compute_mean"], [1.0, 3.0])
+    np.testing.assert_allclose(r["idle_fraction"], [3 / 7, 1 / 7])
