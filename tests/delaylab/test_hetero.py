@@ -31,8 +31,8 @@ def test_until_gives_the_shortest_schedule_that_reaches_the_horizon():
 
 
 def test_mitigation_experiment_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
-    """Through the CLI, on a tiny preset and three of the six configurations (each configuration
-    compiles its own run: the real preset's runtime is in benchmarks/RESULTS.md, not tested)."""
+    """Through the CLI, on a tiny preset and two of the six configurations (each configuration
+    compiles its own run; the real preset's runtime is in the README, not tested)."""
     import csv
 
     tiny = dataclasses.replace(hetero.PRESETS["quick"], train=800, test=200, pool=4, hidden=16, seeds=2,
@@ -42,7 +42,7 @@ def test_mitigation_experiment_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch
 
     def three(horizon, seed=0):
         methods, H_i = real(horizon, seed)
-        keep = ("ASGD", "synchronous SGD", "synchronous + 2 backup workers")
+        keep = ("ASGD", "synchronous + 2 backup workers")
         return {k: v for k, v in methods.items() if k in keep}, H_i
 
     monkeypatch.setattr(hetero, "mitigation_methods", three)
@@ -50,15 +50,15 @@ def test_mitigation_experiment_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch
     text = (tmp_path / "hetero_mitigation.txt").read_text()
     with open(tmp_path / "hetero_mitigation.csv") as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) == 3 * 2  # three configurations, two seeds
+    assert len(rows) == 2 * 2  # two configurations, two seeds
     assert (tmp_path / "hetero_mitigation.png").stat().st_size > 10_000
 
     def col(method, name):
         return np.array([float(r[name]) for r in rows if r["method"] == method])
 
-    # backup workers never wait for the two 8x stragglers: more rounds in the same time
-    assert col("synchronous + 2 backup workers", "throughput")[0] > 1.5 * col("synchronous SGD", "throughput")[0]
-    assert np.all(np.abs(col("synchronous SGD", "specialisation")) < 1e-6)  # one model for all (float32 CKA)
+    # the six fast workers (τ = 1, exponential noise of mean 0.1) close every round without the stragglers
+    assert 4.0 < col("synchronous + 2 backup workers", "throughput")[0] < 6.0
+    assert np.all(np.abs(col("synchronous + 2 backup workers", "specialisation")) < 1e-6)  # one model for all
     assert np.all(col("ASGD", "specialisation") > 0.0)  # asynchronous workers hold stale copies
     assert np.all(col("ASGD", "final_loss") < np.log(10))  # below the untrained loss
-    assert "backup workers: throughput" in text
+    assert "ASGD |" in text and "synchronous + 2 backup workers |" in text
