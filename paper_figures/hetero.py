@@ -21,7 +21,7 @@ some), not the initial model.
    accuracy, against the heterogeneity level h (τ_i = e^{h z_i}, z_i evenly spaced normal
    quantiles, scaled so that Σ 1/τ_i = n: the same total compute at every h), for synchronous
    SGD, backup workers (b = 2), vanilla and Rescaled ASGD, and hierarchical SGD; each method at
-   its best step size of a small grid. Grouped synchronisation (GSP) is not built yet and is not in it.
+   its best step size of a small grid. Grouped synchronisation (``algos.gsp``) is not in it yet.
 4. ``mitigation``: two 8× stragglers among 8 workers; each mitigation switched on against its own
    baseline: staleness weighting on ASGD, backup workers on synchronous SGD, and proactive
    scheduling (DPro-SM-like: per-worker local steps from predicted step times) on local SGD;
