@@ -130,12 +130,14 @@ class Schedule:
     @property
     def job_number(self) -> np.ndarray:
         """Each event's job number for its worker (0-based): column k of the timing model's
-        duration table, in every dispatch policy here (one event per worker per round)."""
+        duration table, in every dispatch policy here (one event per worker per round). A
+        release event (``pull_only``) is not a job; it carries the number of the job it starts."""
         out = np.empty(self.num_events, np.int64)
         seen = np.zeros(self.num_workers, np.int64)
         for e, i in enumerate(self.worker):
             out[e] = seen[i]
-            seen[i] += 1
+            if self.pull_only is None or not self.pull_only[e]:
+                seen[i] += 1
         return out
 
     @property

@@ -251,7 +251,7 @@ def _cost_revealing_problem(costs, batch):
     return Problem("cost probe", n, ProblemFns(value_and_grad, lambda d, x: jnp.zeros(n)), data, jnp.zeros(n))
 
 
-@pytest.mark.parametrize("dispatch", ["async", "barrier", "backup"])
+@pytest.mark.parametrize("dispatch", ["async", "barrier", "backup", "ssp"])
 def test_example_cost_durations_are_the_cost_of_the_examples_the_run_draws(dispatch):
     import jax
 
@@ -267,8 +267,11 @@ def test_example_cost_durations_are_the_cost_of_the_examples_the_run_draws(dispa
         sched = schedules.asynchronous(timing, num_events=60)
     elif dispatch == "barrier":
         sched = schedules.barrier(timing, num_rounds=20)
-    else:
+    elif dispatch == "backup":
         sched = schedules.backup_workers(timing, num_rounds=20, backups=1)
+    else:  # releases at the staleness bound are events but not jobs
+        sched = schedules.stale_synchronous(timing, num_jobs=60, groups=[0, 0, 0], bound=1)
+        assert sched.pull_only.any()
     assert sched.job_key is not None
     prob = _cost_revealing_problem(costs, 4)
     res = sim.run(algos.asgd(stepsize=1.0), prob, sched, key=key)
@@ -307,6 +310,7 @@ def test_stale_synchronous_by_hand_and_without_a_bound_is_asynchronous():
     np.testing.assert_allclose(s.start, [0, 1, 0, 2, 3, 3, 4, 6])
     np.testing.assert_array_equal(s.pull_only, [0, 0, 0, 1, 0, 0, 1, 0])
     np.testing.assert_array_equal(s.delivered, ~s.pull_only)
+    np.testing.assert_array_equal(s.job_number, [0, 1, 0, 2, 2, 1, 3, 3])  # a release is not a job
     # the job after a release starts at the release: it saw the report that released it
     assert s.version[4] == 3 and s.staleness[4] == 0
     free = schedules.stale_synchronous(schedules.FixedTiming(np.array([1.0, 3.0, 2.0])), num_jobs=20,
