@@ -267,12 +267,9 @@ def _detector_update(d: Detector, value, alpha, use, warmup: int) -> Detector:
     new = Detector(mean, m2, count, d.window, d.pos)
     z = _detector_z(new, value, warmup)
     L = d.window.shape[0]
-    window = d.window.at[jnp.arange(L), d.pos].set(z)  # noqa: E501
+    window = d.window.at[jnp.arange(L), d.pos].set(z)
     new = new._replace(window=window, pos=(d.pos + 1) % d.window.shape[-1])
     return jax.tree.map(lambda a, b: jnp.where(jnp.reshape(use, use.shape + (1,) * (a.ndim - use.ndim)), a, b), new, d)
-
-
-STEP_WEIGHTS = ("interval",)
 
 
 def _make_edit(reducer: str, clip_scope: str, detector_update: str, warmup: int):
@@ -346,7 +343,7 @@ def _make_edit(reducer: str, clip_scope: str, detector_update: str, warmup: int)
 def _validate_edit(hparams, n):
     _check_outer("edit", hparams)
     _check_local_steps("edit", hparams, n)
-    for name, lo_open in (("temperature", True), ("ewma", True), ("clip", True)):
+    for name in ("temperature", "ewma", "clip"):
         v = np.asarray(hparams[name], np.float64)
         if not np.all(v > 0) or np.any(np.isnan(v)):
             raise ValueError(f"edit: {name} must be > 0 (clip may be inf); got {hparams[name]!r}")

@@ -156,7 +156,8 @@ class _Ewma:
         self.window.append(self.z(v))
 
 
-def _loop_edit(A, b, sched, *, H, lr, outer_lr, beta, T, theta, alpha, warmup, clip, r_step):
+def _loop_edit(A, b, sched, *, H, lr, outer_lr, beta, T, theta, alpha, warmup, clip, r_step, inliers=False,
+               global_clip=False):
     layers = [slice(0, 2), slice(2, 4)]
     det = [_Ewma(alpha, warmup, theta) for _ in layers]
     x, m = np.zeros(4), np.zeros(4)
@@ -183,7 +184,8 @@ def _loop_edit(A, b, sched, *, H, lr, outer_lr, beta, T, theta, alpha, warmup, c
             out = np.zeros(len(ev), bool)
             for j, v in enumerate(norms):
                 out[j] = det[li].outlier(v)
-                det[li].update(v)
+                if not (inliers and out[j]):
+                    det[li].update(v)
             outliers += out.sum()
             Dl[out] = 0.0
             ne = norms + 1e6 * out
@@ -192,10 +194,12 @@ def _loop_edit(A, b, sched, *, H, lr, outer_lr, beta, T, theta, alpha, warmup, c
             w = (1 - r_step) * w + r_step * steps / steps.sum()
             a = (w[:, None] * Dl).sum(0) / w.sum()
             nrm = np.linalg.norm(a)
-            if nrm > clip:
+            if nrm > clip and not global_clip:
                 a = a * clip / nrm
             agg[sl] = a
             alive.append(not out.all())
+        if global_clip and np.linalg.norm(agg) > clip:
+            agg = agg * clip / np.linalg.norm(agg)
         m_new = beta * m + agg
         x_new = x - outer_lr * (agg + beta * m_new)
         for li, sl in enumerate(layers):
@@ -204,7 +208,8 @@ def _loop_edit(A, b, sched, *, H, lr, outer_lr, beta, T, theta, alpha, warmup, c
     return x, outliers
 
 
-def test_edit_equals_a_loop_with_detection_softmax_weights_and_per_layer_clipping():
+@pytest.mark.parametrize("update,scope", [("all", "layer"), ("inliers", "global")])
+def test_edit_equals_a_loop_with_detection_softmax_weights_and_clipping(update, scope):
     rng = np.random.default_rng(0)
     n = 4
     A = rng.uniform(1.0, 3.0, (n, 4))
@@ -215,10 +220,10 @@ def test_edit_equals_a_loop_with_detection_softmax_weights_and_per_layer_clippin
     sched = schedules.with_failures(schedules.barrier(schedules.FixedTiming(H.astype(float)), num_rounds=30),
                                     probability=0.1, seed=5)
     kw = dict(stepsize=0.7, momentum=0.6, local_stepsize=0.05, local_steps=H, temperature=0.5, threshold=1.0,
-              ewma=0.2, detector_warmup=4, clip=0.3, step_weight=0.25)
+              ewma=0.2, detector_warmup=4, clip=0.3, step_weight=0.25, detector_update=update, clip_scope=scope)
     res = sim.run(algos.edit(**kw), prob, sched, key=jax.random.key(0))
     x, outliers = _loop_edit(A, b, sched, H=H, lr=0.05, outer_lr=0.7, beta=0.6, T=0.5, theta=1.0, alpha=0.2,
-                             warmup=4, clip=0.3, r_step=0.25)
+                             warmup=4, clip=0.3, r_step=0.25, inliers=update == "inliers", global_clip=scope == "global")
     got = np.concatenate([res.params["u"], res.params["v"]])
     assert outliers > 0  # the detector did flag something, so that branch is compared too
     assert float(np.sum(res.worker_stats["outlier_layers"])) == outliers
