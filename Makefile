@@ -15,13 +15,17 @@ $(STAMP): pyproject.toml
 demo: $(STAMP) native
 	$(BIN)/delaylab verify --out out/verify
 
-# One process per test folder: in one process for the whole suite, XLA's CPU compiler crashed
+# The suite runs as two processes side by side: the figure and CLI tests (tests/delaylab), and
+# the rest, folder by folder. Why: in one process for the whole suite XLA's CPU compiler crashed
 # (a segmentation fault while compiling a small program, about 200 tests in; each folder alone
-# passes), so each folder starts with a fresh JAX.
+# passes); and most of the time goes to compiling, one core per compile, so two processes use
+# both cores of a CI machine. The figure tests' output is shown when they end.
 test: $(STAMP) native
-	$(BIN)/python -m pytest -q tests/algos tests/theory
-	$(BIN)/python -m pytest -q tests/delaylab
-	$(BIN)/python -m pytest -q tests/sim
+	@$(BIN)/python -m pytest -q -p no:cacheprovider tests/delaylab > .pytest-delaylab.log 2>&1 & figs=$$!; \
+	$(BIN)/python -m pytest -q tests/algos tests/theory; a=$$?; \
+	$(BIN)/python -m pytest -q tests/sim; b=$$?; \
+	wait $$figs; c=$$?; echo "--- tests/delaylab ---"; cat .pytest-delaylab.log; rm -f .pytest-delaylab.log; \
+	test $$a -eq 0 -a $$b -eq 0 -a $$c -eq 0
 
 # The CNN's native convolution (sim/native): oneDNN through jax.ffi. Needs a C++ compiler and
 # Debian's libdnnl-dev (.ci/run installs it); without them the CNN falls back to im2col.
