@@ -111,25 +111,44 @@ def _dn_apply(hparams: HParams, s: DNState, delta: Params, event: Event):
     return DNState(x, momentum, buffer, count), x, {"stepsize": jnp.where(ok, scale, 0.0)}
 
 
+def check_outer_and_inner(name: str, hparams: HParams) -> None:
+    """The checks every local-update method shares: outer step η ≥ 0, inner learning rate ≥ 0,
+    outer momentum β ∈ [0, 1), and AdamW's weight decay ≥ 0 and b1, b2 ∈ [0, 1) where the inner
+    optimiser is AdamW."""
+    _checks.check_stepsize(name, hparams["stepsize"])
+    _checks.check_stepsize(name, hparams["local_stepsize"], argument="local_stepsize")
+    m = np.asarray(hparams["momentum"], np.float64)
+    if not np.all((m >= 0) & (m < 1)):
+        raise ValueError(f"{name}: momentum must be in [0, 1); got {hparams['momentum']!r}")
+    if "weight_decay" in hparams:
+        _checks.check_stepsize(name, hparams["weight_decay"], argument="weight_decay")
+        for key in ("b1", "b2"):
+            v = np.asarray(hparams[key])
+            if not np.all((v >= 0) & (v < 1)):
+                raise ValueError(f"{name}: {key} must be in [0, 1); got {hparams[key]!r}")
+
+
 def _validate_dn(hparams, n):
-    _checks.check_stepsize("async_local_sgd", hparams["stepsize"])
-    _checks.check_stepsize("async_local_sgd", hparams["local_stepsize"], argument="local_stepsize")
-    m = jnp.asarray(hparams["momentum"])
-    if not bool(jnp.all((m >= 0) & (m < 1))):
-        raise ValueError(f"async_local_sgd: momentum must be in [0, 1); got {hparams['momentum']!r}")
+    check_outer_and_inner("async_local_sgd", hparams)
     H = np.asarray(hparams["local_steps"])
     if H.ndim == 1 and n and H.shape[0] != n:
         raise ValueError(f"async_local_sgd: DyLU gives local steps for {H.shape[0]} workers but the problem "
                          f"has {n}; give one τ per worker")
-    if "weight_decay" in hparams:
-        _checks.check_stepsize("async_local_sgd", hparams["weight_decay"], argument="weight_decay")
-        for name in ("b1", "b2"):
-            v = np.asarray(hparams[name])
-            if not np.all((v >= 0) & (v < 1)):
-                raise ValueError(f"async_local_sgd: {name} must be in [0, 1); got {hparams[name]!r}")
 
 
 INNER = {"sgd": local_sgd_work, "adamw": local_adamw_work}
+
+
+def inner_hparams(name: str, inner: str, *, weight_decay: float, b1: float, b2: float, eps: float) -> dict:
+    """The inner optimiser's hyperparameters to add to a method's: AdamW's four for
+    ``inner="adamw"``, none for ``"sgd"`` (which refuses a weight decay)."""
+    if inner not in INNER:
+        raise ValueError(f"{name}: inner must be one of {sorted(INNER)}; got {inner!r}")
+    if inner == "adamw":
+        return {"weight_decay": weight_decay, "b1": b1, "b2": b2, "eps": eps}
+    if weight_decay != 0.0:
+        raise ValueError(f"{name}: weight_decay applies to inner='adamw' only")
+    return {}
 
 
 def async_local_sgd(*, stepsize: float, local_stepsize: float, local_steps: int = 1, momentum: float = 0.9,
@@ -144,16 +163,11 @@ def async_local_sgd(*, stepsize: float, local_stepsize: float, local_steps: int 
       dylu_taus: per-worker time per local step; if given, worker i runs
         :func:`dylu_local_steps` (H, taus)[i] local steps (DyLU).
     """
-    if inner not in INNER:
-        raise ValueError(f"async_local_sgd: inner must be one of {sorted(INNER)}; got {inner!r}")
+    extra = inner_hparams("async_local_sgd", inner, weight_decay=weight_decay, b1=b1, b2=b2, eps=eps)
     H = _check_int("async_local_sgd", "local_steps", local_steps)
     hp = {"stepsize": stepsize, "local_stepsize": local_stepsize,
           "local_steps": H if dylu_taus is None else dylu_local_steps(H, dylu_taus),
-          "momentum": momentum, "delay": _check_int("async_local_sgd", "delay", delay)}
-    if inner == "adamw":
-        hp.update(weight_decay=weight_decay, b1=b1, b2=b2, eps=eps)
-    elif weight_decay != 0.0:
-        raise ValueError("async_local_sgd: weight_decay applies to inner='adamw' only")
+          "momentum": momentum, "delay": _check_int("async_local_sgd", "delay", delay), **extra}
     _validate_dn(hp, 0)
     return Algorithm("async_local_sgd", hp, _dn_init, INNER[inner], _dn_apply, lambda s: s.params,
                      validate=_validate_dn)

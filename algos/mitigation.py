@@ -214,7 +214,7 @@ def hierarchical_sgd(*, stepsize: float, levels: dict, warmup: int = 0) -> Algor
                 raise ValueError(f"hierarchical_sgd: {err} (the problem has {n} workers)") from None
 
     return Algorithm("hierarchical_sgd", {"stepsize": stepsize}, init, _sgd_step_work, None,
-                     lambda s: jax.tree.map(lambda x: jnp.mean(x, axis=0), s.workers),
+                     lambda s: jax.tree.map(_linalg.leading_mean, s.workers),
                      apply_round=apply_round, validate=validate, point_init=lambda hparams, params: params)
 
 

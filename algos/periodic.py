@@ -40,7 +40,7 @@ import numpy as np
 from algos import _checks, _linalg
 from algos.base import Algorithm, Event, HParams, Params
 from algos.layers import leaf_layer_index
-from algos.local import INNER, local_sgd_end
+from algos.local import INNER, check_outer_and_inner, inner_hparams, local_sgd_end
 from algos.tables import _check_int
 
 
@@ -87,14 +87,6 @@ def _uniform_mean(deltas: Params, ok: jax.Array) -> Params:
     return jax.tree.map(lambda d: _linalg.weighted_sum(ok, d) / count.astype(d.dtype), deltas)
 
 
-def _check_outer(name: str, hparams: HParams) -> None:
-    _checks.check_stepsize(name, hparams["stepsize"])
-    _checks.check_stepsize(name, hparams["local_stepsize"], argument="local_stepsize")
-    m = np.asarray(hparams["momentum"], np.float64)
-    if not np.all((m >= 0) & (m < 1)):
-        raise ValueError(f"{name}: momentum must be in [0, 1); got {hparams['momentum']!r}")
-
-
 def _check_local_steps(name: str, hparams: HParams, n: int) -> None:
     H = np.asarray(hparams["local_steps"])
     if not np.issubdtype(H.dtype, np.integer) or np.any(H < 1):
@@ -123,7 +115,7 @@ def _local_apply(hparams: HParams, s: PeriodicState, deltas: Params, events: Eve
 
 
 def _validate_local(hparams, n):
-    _check_outer("local_sgd", hparams)
+    check_outer_and_inner("local_sgd", hparams)
     _check_local_steps("local_sgd", hparams, n)
 
 
@@ -138,12 +130,9 @@ def local_sgd(*, stepsize: float = 1.0, local_stepsize: float, local_steps=1, mo
       momentum: β ∈ [0, 1), the outer Nesterov momentum.
       inner: ``"sgd"`` or ``"adamw"`` (fresh moments every round); weight_decay, b1, b2, eps: AdamW's.
     """
-    if inner not in INNER:
-        raise ValueError(f"local_sgd: inner must be one of {sorted(INNER)}; got {inner!r}")
+    extra = inner_hparams("local_sgd", inner, weight_decay=weight_decay, b1=b1, b2=b2, eps=eps)
     hp = {"stepsize": stepsize, "local_stepsize": local_stepsize,
-          "local_steps": _local_steps_arg("local_sgd", local_steps), "momentum": momentum}
-    if inner == "adamw":
-        hp.update(weight_decay=weight_decay, b1=b1, b2=b2, eps=eps)
+          "local_steps": _local_steps_arg("local_sgd", local_steps), "momentum": momentum, **extra}
     _validate_local(hp, 0)
     return Algorithm("local_sgd", hp, _init, INNER[inner], None, lambda s: s.params,
                      apply_round=_local_apply, validate=_validate_local)
@@ -200,7 +189,7 @@ def _palsgd_apply(hparams: HParams, s: PeriodicState, messages, events: Event, m
 
 
 def _validate_palsgd(hparams, n):
-    _check_outer("palsgd", hparams)
+    check_outer_and_inner("palsgd", hparams)
     _check_local_steps("palsgd", hparams, n)
     p = np.asarray(hparams["probability"], np.float64)
     if not np.all((p >= 0) & (p < 1)):
@@ -341,7 +330,7 @@ def _make_edit(reducer: str, clip_scope: str, detector_update: str, warmup: int)
 
 
 def _validate_edit(hparams, n):
-    _check_outer("edit", hparams)
+    check_outer_and_inner("edit", hparams)
     _check_local_steps("edit", hparams, n)
     for name in ("temperature", "ewma", "clip"):
         v = np.asarray(hparams[name], np.float64)
@@ -381,8 +370,7 @@ def edit(*, stepsize: float = 1.0, local_stepsize: float, local_steps=1, momentu
         this round (A-EDiT's ``use_step_weight``; the code uses cumulative step counts, whose
         shares equal these when each worker's H_i is the same every round, as here).
     """
-    if inner not in INNER:
-        raise ValueError(f"edit: inner must be one of {sorted(INNER)}; got {inner!r}")
+    extra = inner_hparams("edit", inner, weight_decay=weight_decay, b1=b1, b2=b2, eps=eps)
     for name, value, allowed in (("reducer", reducer, ("softmax", "uniform")), ("clip_scope", clip_scope, ("layer", "global")),
                                  ("detector_update", detector_update, ("all", "inliers"))):
         if value not in allowed:
@@ -392,9 +380,7 @@ def edit(*, stepsize: float = 1.0, local_stepsize: float, local_steps=1, momentu
         raise ValueError(f"edit: detector_warmup must be >= 2 (its window's spread needs two values); got {warmup}")
     hp = {"stepsize": stepsize, "local_stepsize": local_stepsize, "local_steps": _local_steps_arg("edit", local_steps),
           "momentum": momentum, "temperature": temperature, "threshold": threshold, "ewma": ewma,
-          "clip": math.inf if clip is None else clip, "step_weight": step_weight}
-    if inner == "adamw":
-        hp.update(weight_decay=weight_decay, b1=b1, b2=b2, eps=eps)
+          "clip": math.inf if clip is None else clip, "step_weight": step_weight, **extra}
     _validate_edit(hp, 0)
 
     def init(hparams, params, n):

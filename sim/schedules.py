@@ -503,11 +503,18 @@ class SlowdownTiming:
         return np.where(v <= 0, 0.0, t)
 
 
+def _finish_time(timing, worker: int, start: float, work: float) -> float:
+    """When worker ``worker``'s job that starts at ``start`` with work ``work`` ends."""
+    if not isinstance(timing, SlowdownTiming):
+        return start + work
+    return float(timing.time_at(worker, timing.work_at(worker, start) + work))
+
+
 def _advance(timing, start: np.ndarray, work: np.ndarray) -> np.ndarray:
     """Finish times of jobs that start at ``start[i]`` with work ``work[i]`` (per worker)."""
     if not isinstance(timing, SlowdownTiming):
         return start + work
-    return np.array([timing.time_at(i, timing.work_at(i, start[i]) + work[i]) for i in range(timing.num_workers)])
+    return np.array([_finish_time(timing, i, start[i], work[i]) for i in range(timing.num_workers)])
 
 
 # --- dispatch policies ------------------------------------------------------------------------
@@ -785,8 +792,7 @@ def _ssp_events(timing, dur, group, members, bound, num_jobs):
     def launch(i, t):
         if started[i] >= dur.shape[1]:
             return False
-        w = dur[i, started[i]]
-        f = (float(timing.time_at(i, timing.work_at(i, t) + w)) if isinstance(timing, SlowdownTiming) else t + w)
+        f = _finish_time(timing, i, t, dur[i, started[i]])
         started[i] += 1
         began[i] = t
         heapq.heappush(heap, (f, i))

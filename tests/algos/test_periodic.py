@@ -237,6 +237,10 @@ def test_edit_without_detection_weighting_or_clipping_is_local_sgd():
     e = sim.run(algos.edit(reducer="uniform", threshold=np.inf, **kw), prob, sched, key=jax.random.key(2))
     loc = sim.run(algos.local_sgd(**kw), prob, sched, key=jax.random.key(2))
     assert rel_err(e.params, loc.params) < 1e-13
+    with pytest.raises(ValueError, match="weight_decay applies to inner='adamw' only"):
+        algos.local_sgd(local_stepsize=0.1, weight_decay=0.01)
+    with pytest.raises(ValueError, match=r"b2 must be in \[0, 1\)"):
+        algos.edit(local_stepsize=0.1, inner="adamw", b2=1.0)
     with pytest.raises(ValueError, match="detector_warmup must be >= 2"):
         algos.edit(local_stepsize=0.1, detector_warmup=1)
     with pytest.raises(ValueError, match="reducer must be one of"):
