@@ -17,6 +17,7 @@ from algos.asgd import (
     staleness_aware_step,
 )
 from algos.base import Algorithm, Event, gradient_work
+from algos.fedstrag import fedstrag, fedstrag_history
 from algos.mitigation import fedasync, hierarchical_sgd, staleness_weight, staleness_weighted_asgd
 from algos.grouped import groups_by_speed, gsp
 from algos.local import async_local_sgd, dylu_local_steps, local_adamw_work, local_sgd_work
@@ -34,6 +35,8 @@ __all__ = [
     "asgd",
     "asgd_with_step_rule",
     "async_local_sgd",
+    "fedstrag",
+    "fedstrag_history",
     "local_sgd_work",
     "local_adamw_work",
     "dylu_local_steps",

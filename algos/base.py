@@ -37,6 +37,12 @@ class Event(NamedTuple):
       staleness: number of delivered arrivals the server processed between this job's dispatch
         and its arrival (the delay δ_k of specs/asgd.md §2.1 for one-update-per-arrival methods).
       delivered: False when a failure lost the job's result; the message must then be ignored.
+      tag: the model tag the schedule attaches to the job (:attr:`sim.schedules.Schedule.tag`):
+        under time-bounded rounds (FedStrag), the broadcast the job was trained from; for a
+        release event, that of the worker's last job. 0 where the schedule defines none.
+      round_end: True on the last event of a server round (the server closes the round right
+        after handling it; :attr:`sim.schedules.Schedule.round_end`). False where the schedule
+        has no rounds.
     """
 
     index: jax.Array
@@ -44,6 +50,8 @@ class Event(NamedTuple):
     time: jax.Array
     staleness: jax.Array
     delivered: jax.Array
+    tag: jax.Array = 0
+    round_end: jax.Array = False
 
 
 class Oracle(Protocol):
@@ -118,6 +126,9 @@ class Algorithm(NamedTuple):
         its first job, when that is more than the model (e.g. elastic averaging's worker state:
         its own parameters and optimiser state). ``None``: the initial model. ``apply`` must then
         return next points of the same structure.
+      check_schedule: ``check_schedule(schedule) -> None``: raises ``ValueError`` when the
+        algorithm cannot run on ``schedule`` (called by ``sim.run``/``sim.sweep`` before any
+        compile; e.g. FedStrag needs a schedule with broadcast tags and a history long enough).
 
     Only the function fields take part in equality and hashing that matters to ``jit``; the
     engine keys its compiled code on them, so two instances that differ in ``hparams`` alone
@@ -133,6 +144,7 @@ class Algorithm(NamedTuple):
     apply_round: Optional[ApplyRoundFn] = None
     validate: Optional[ValidateFn] = None
     point_init: Optional[Callable] = None
+    check_schedule: Optional[Callable] = None
 
     @property
     def functions(self) -> tuple:

@@ -142,7 +142,8 @@ def _simulate(static: _Static, hparams, data, x0, key, ev, plan_events, targets)
 
     def event_at(e):
         return Event(index=e, worker=ev["worker"][e], time=ev["time"][e],
-                     staleness=ev["staleness"][e], delivered=ev["delivered"][e])
+                     staleness=ev["staleness"][e], delivered=ev["delivered"][e], tag=ev["tag"][e],
+                     round_end=ev["round_end"][e])
 
     def jobs(points, idx):
         """All of a block's worker computations at once."""
@@ -356,6 +357,8 @@ def _event_arrays(schedule: Schedule, average_from: float, dtype):
         "time": jnp.asarray(t, time_dtype),
         "staleness": jnp.asarray(schedule.staleness, jnp.int32),
         "delivered": jnp.asarray(schedule.delivered),
+        "tag": jnp.asarray(np.zeros(schedule.num_events, np.int32) if schedule.tag is None else schedule.tag, jnp.int32),
+        "round_end": jnp.asarray(schedule.round_end),
         "tail_weight": jnp.asarray(weight, time_dtype),
     }, (t0, T)
 
@@ -377,6 +380,8 @@ def _validate(alg: Algorithm, problem: Problem, schedule: Schedule) -> bool:
     by_round = alg.apply is None
     if not by_round and schedule.policy == "barrier" and alg.apply_round is not None:
         by_round = True  # round-capable algorithms take whole rounds on barrier schedules
+    if alg.check_schedule is not None:
+        alg.check_schedule(schedule)
     return by_round
 
 

@@ -70,7 +70,9 @@ class Schedule:
       finish: float64, the job's finish (arrival) time; non-decreasing.
       version: int64, delivered arrivals processed before the job was dispatched.
       delivered: bool, False where a failure lost the result.
-      round: int64, the barrier round of each event (−1 under asynchronous dispatch).
+      round: int64, the server round of each event: the barrier round, or under time-bounded
+        rounds (:func:`time_bounded_rounds`) the polling window whose aggregation takes it in;
+        −1 under asynchronous dispatch. See :attr:`round_end`.
       num_workers: n.
       policy: ``"async"`` or ``"barrier"``.
       mean_durations: float64 [n], the timing model's expected duration per worker: the τ_i
@@ -87,6 +89,11 @@ class Schedule:
         (:class:`ExampleCostTiming`). The engine then keys job k of worker i by
         ``fold_in(fold_in(key, i), k)`` instead of by its event index, so that the examples a
         job draws are the ones its duration was computed from; it must be run with that key.
+      tag: int64 or None: the model tag of each event's job, handed to the algorithm as
+        ``Event.tag``. Under :func:`time_bounded_rounds`, the broadcast the job was trained from
+        (a client works through its backlog of broadcasts in order, so a job's model can be
+        older than the server's model when the job starts); for a release event, the tag of the
+        worker's last job.
     """
 
     worker: np.ndarray
@@ -102,12 +109,13 @@ class Schedule:
     compute_finish: np.ndarray | None = None
     job_key: np.ndarray | None = None
     pull_only: np.ndarray | None = None
+    tag: np.ndarray | None = None
 
     def __post_init__(self):
         for name in ("worker", "start", "finish", "version", "delivered", "round"):
             arr = getattr(self, name)
             arr.setflags(write=False)
-        for name in ("compute_finish", "job_key", "pull_only"):
+        for name in ("compute_finish", "job_key", "pull_only", "tag"):
             if getattr(self, name) is not None:
                 getattr(self, name).setflags(write=False)
         if self.num_events < 1:
@@ -126,6 +134,14 @@ class Schedule:
     @property
     def durations(self) -> np.ndarray:
         return self.finish - self.start
+
+    @property
+    def round_end(self) -> np.ndarray:
+        """True on the last event of each server round (``round >= 0``): the server closes the
+        round right after it. All False under asynchronous dispatch (``round == -1``)."""
+        r = self.round
+        last = np.r_[r[1:] != r[:-1], True]
+        return last & (r >= 0)
 
     @property
     def job_number(self) -> np.ndarray:
@@ -168,8 +184,9 @@ class Schedule:
         h = hashlib.sha256()
         for arr in (self.worker, self.start, self.finish, self.version, self.delivered, self.round):
             h.update(np.ascontiguousarray(arr).tobytes())
-        if self.job_key is not None:
-            h.update(np.ascontiguousarray(self.job_key).tobytes())
+        for extra in (self.job_key, self.pull_only, self.tag):
+            if extra is not None:
+                h.update(np.ascontiguousarray(extra).tobytes())
         h.update(f"{self.num_workers}/{self.policy}".encode())
         return h.hexdigest()[:16]
 
@@ -542,6 +559,16 @@ def _versions_barrier(rounds: np.ndarray, delivered: np.ndarray) -> np.ndarray:
     return before[rounds]
 
 
+def _versions_tagged(tag: np.ndarray, window: np.ndarray, pull: np.ndarray, delivered: np.ndarray) -> np.ndarray:
+    """Time-bounded rounds: version[e] = delivered results aggregated into model ``tag[e]``
+    (window w makes model w); a release's is every delivered result before it (staleness 0)."""
+    arrived = ~pull & delivered
+    per_window = np.bincount(window[arrived], minlength=int(max(window.max(), tag.max())) + 1)
+    made_from = np.cumsum(per_window)
+    before = np.cumsum(delivered) - delivered
+    return np.where(pull, before, made_from[tag]).astype(np.int64)
+
+
 def asynchronous(timing: Timing, *, num_events: int | None, description: str = "") -> Schedule:
     """Asynchronous dispatch: each worker restarts the moment it reports.
 
@@ -824,6 +851,113 @@ def _ssp_events(timing, dur, group, members, bound, num_jobs):
     return ev_w, ev_s, ev_f, ev_c, ev_p
 
 
+def time_bounded_rounds(timing: Timing, *, num_rounds: int, poll: float = 4.0, min_results: int = 1,
+                        description: str = "") -> Schedule:
+    """FedStrag's time-bounded rounds (spec mitigation.md §8, as in the authors' server and client).
+
+    The server broadcasts model ``k`` (tag k) at ``T_k`` (``T_0 = 0``), then checks its queue
+    every ``poll`` seconds; at the first check that finds at least ``min_results`` results queued
+    it aggregates all of them, which makes model ``k + 1``, and broadcasts it at once. A client
+    handles broadcasts first in, first out: its job on tag t starts at ``max(T_t, end of its job
+    on t − 1)``, so a slow client builds a backlog and trains on ever older models.
+
+    Events: every result, at its arrival, with ``tag`` = the broadcast it was trained from and
+    ``round`` = the window that aggregates it (the last result of a window has ``round_end``);
+    and, at each broadcast, a ``pull_only`` release for every client that was idle, waiting for
+    it (tag: its last job's). The run ends with the ``num_rounds``-th aggregation. ``version`` is
+    the number of results aggregated into the model a job was trained from, so ``staleness`` is
+    the number of results aggregated since.
+
+    Args:
+      num_rounds: aggregations (≥ 1).
+      poll: seconds between queue checks (> 0); the authors' code uses 4.
+      min_results: results the queue must hold for a check to aggregate (1 ≤ m ≤ n; the code: 1).
+    """
+    n = timing.num_workers
+    num_rounds = _check_count(num_rounds, "num_rounds")
+    poll = float(poll)
+    if not (math.isfinite(poll) and poll > 0):
+        raise ValueError(f"poll must be a finite number of seconds > 0; got {poll!r}")
+    if isinstance(min_results, bool) or int(min_results) != min_results or not (1 <= min_results <= n):
+        raise ValueError(f"min_results must be an integer in [1, {n}] (the number of clients); got {min_results!r}")
+    jobs = 2 * int(num_rounds) + 8
+    while True:
+        dur = timing.durations(jobs)
+        if not np.all(np.isfinite(dur)):
+            raise ValueError("the timing model ran out of recorded jobs")
+        out = _time_bounded_events(timing, dur, num_rounds, poll, int(min_results))
+        if out is not None:
+            break
+        jobs *= 2
+    worker, start, finish, tag, window, pull = (np.asarray(a) for a in out)
+    return Schedule(
+        worker=worker.astype(np.int32), start=start, finish=finish,
+        version=_versions_tagged(tag, window, pull, ~pull),
+        delivered=~pull, round=window.astype(np.int64), num_workers=n, policy="async",
+        mean_durations=np.asarray(timing.mean_durations, dtype=np.float64).copy(),
+        description=description or (f"time-bounded rounds (poll {poll:g} s, ≥ {min_results} result(s)), "
+                                    f"{type(timing).__name__}, {num_rounds} rounds"),
+        job_key=_job_key(timing), pull_only=pull, tag=tag.astype(np.int64))
+
+
+def _time_bounded_events(timing, dur, num_rounds, poll, min_results):
+    """The event lists of :func:`time_bounded_rounds`, or None if ``dur`` has too few jobs."""
+    import heapq
+
+    n = dur.shape[0]
+    started = np.zeros(n, np.int64)  # jobs started (the column of ``dur`` used next)
+    began = np.zeros(n)
+    job_tag = np.zeros(n, np.int64)  # tag of the job in flight
+    heap: list = []  # (finish, worker)
+    waiting: dict = {}  # clients idle until the next broadcast: worker -> since when
+    ev = {k: [] for k in ("w", "s", "f", "tag", "win", "pull")}
+
+    def launch(i, t, tag):
+        if started[i] >= dur.shape[1]:
+            return False
+        heapq.heappush(heap, (_finish_time(timing, i, t, dur[i, started[i]]), i))
+        started[i] += 1
+        began[i], job_tag[i] = t, tag
+        return True
+
+    def record(i, s, f, tag, window, pull):
+        for k, v in zip(ev, (i, s, f, tag, window, pull)):
+            ev[k].append(v)
+
+    for i in range(n):
+        if not launch(i, 0.0, 0):
+            return None
+    k, T = 0, 0.0  # the latest broadcast and its time
+    while k < num_rounds:
+        queued, check = 0, None
+        while True:
+            if check is None and queued >= min_results:
+                # the first check at or after the arrival that filled the queue
+                last = ev["f"][-1]
+                check = T + poll * max(1, math.ceil((last - T) / poll - 1e-12))
+            if not heap or (check is not None and heap[0][0] > check):
+                break
+            f, i = heapq.heappop(heap)
+            record(i, began[i], f, job_tag[i], k + 1, False)
+            queued += 1
+            if job_tag[i] + 1 <= k:  # its backlog holds the next broadcast already
+                if not launch(i, f, job_tag[i] + 1):
+                    return None
+            else:
+                waiting[i] = f
+        if check is None:  # every client is busy or waits with a result queued, so m <= n are queued
+            raise AssertionError("time_bounded_rounds: no check can close the round")
+        k, T = k + 1, check
+        if k == num_rounds:
+            break
+        for i in sorted(waiting):  # releases, in worker order
+            record(i, waiting[i], T, job_tag[i], k + 1, True)
+            if not launch(i, T, k):
+                return None
+        waiting = {}
+    return ev["w"], ev["s"], ev["f"], ev["tag"], ev["win"], ev["pull"]
+
+
 # --- convenience constructors (the public names) ----------------------------------------------
 
 
@@ -936,7 +1070,9 @@ def with_failures(
             raise ValueError(f"failure interval needs t0 < t1; got ({t0}, {t1})")
         lost |= (schedule.worker == int(w)) & (schedule.finish >= t0) & (schedule.finish < t1)
     delivered = schedule.delivered & ~lost
-    if schedule.policy == "barrier":
+    if schedule.tag is not None:  # time-bounded rounds
+        version = _versions_tagged(schedule.tag, schedule.round, schedule.pull_only, delivered)
+    elif schedule.policy == "barrier":
         version = _versions_barrier(schedule.round, delivered)
     else:
         version = _versions_async(schedule.worker, delivered, schedule.num_workers)

@@ -1,0 +1,139 @@
+"""FedStrag: weighted averaging of stale results in time-bounded rounds (Kumar and Srirama 2025;
+spec mitigation.md §8, the rule as the authors' server and client code it).
+
+Timing comes from :func:`sim.schedules.time_bounded_rounds`: the server broadcasts model k, checks
+its queue every few seconds, and at the first check that finds a result it aggregates every queued
+result into model k + 1 and broadcasts that. Each client works through its backlog of broadcasts
+in order, so a slow client trains on ever older models; each result carries the tag of the
+broadcast it was trained from (``event.tag``).
+
+Worker: H steps of SGD of size η from the broadcast model (a fresh minibatch of its own data each
+step); it sends the model it ends at, w_j.
+
+Server: result j, trained from broadcast r_j, gets weight c_j = 1/(r − r_j + 1), where r = k + 1
+is the server's counter once broadcast k went out (the code increments it right after
+broadcasting), so a result trained from the latest broadcast has c = ½ and one trained from the
+broadcast before it c = ⅓. When the round closes (``event.round_end``), model k + 1 is
+Σ_j c_j w_j / Σ_j c_j over the round's results; it replaces model k, with no mixing in of the old
+model. ``weighting="equal"`` gives every result c = 1, which is what the released code's ``main``
+calls (plain ``fedAvg``, stale results included); the staleness weights are in its commented-out
+alternative, and are the default here. A round whose results were all lost keeps the model.
+
+Deviation, named: the code trains E epochs on the client's next C stream samples; here a job is
+H SGD steps on minibatches drawn from the client's shard (``local_steps``).
+
+The server keeps the last ``history`` broadcasts, since a client with a backlog of b broadcasts
+needs the model from b rounds ago; :func:`fedstrag_history` gives the length a schedule needs, and
+``sim.run`` refuses a schedule that needs more (before compiling).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from algos import _checks
+from algos.base import Algorithm, Event, HParams, Params
+from algos.local import local_sgd_end
+from algos.tables import _check_int
+
+WEIGHTINGS = ("fedstrag", "equal")
+
+
+class FedStragState(NamedTuple):
+    params: Params  # model k, the latest broadcast
+    history: Params  # [history, ...]: broadcast t sits in row t mod history
+    round: jax.Array  # int32 k
+    acc: Params  # Σ c_j w_j over the open round
+    weight: jax.Array  # Σ c_j over the open round
+
+
+def fedstrag_history(schedule) -> int:
+    """How many past broadcasts the server must keep for ``schedule``: the largest backlog, over
+    events, between the latest broadcast and the tag of the job the event's worker starts next."""
+    if schedule.tag is None:
+        raise ValueError("fedstrag needs a schedule whose events carry broadcast tags: build it with "
+                         "sim.schedules.time_bounded_rounds")
+    k_after = np.cumsum(schedule.round_end)  # broadcasts made once each event is handled
+    return int(max(1, np.max(k_after - schedule.tag)))
+
+
+def _work(hparams: HParams, point: Params, oracle, key) -> Params:
+    return local_sgd_end(hparams, point, oracle, key)
+
+
+def _make_apply(weighting: str, size: int):
+    def apply(hparams: HParams, s: FedStragState, w: Params, event: Event):
+        ok = event.delivered
+        behind = (s.round - event.tag).astype(s.weight.dtype)  # broadcasts made since r_j
+        c = 1.0 / (behind + 2.0) if weighting == "fedstrag" else jnp.ones_like(behind)
+        c = jnp.where(ok, c, 0.0)
+        acc = jax.tree.map(lambda a, z: a + c.astype(a.dtype) * z, s.acc, w)
+        total = s.weight + c
+        close = event.round_end
+        use = close & (total > 0)  # a round whose results were all lost keeps the model
+        safe = jnp.where(use, total, 1.0)
+        x = jax.tree.map(lambda a, old: jnp.where(use, a / safe.astype(a.dtype), old), acc, s.params)
+        k = s.round + close.astype(s.round.dtype)
+        row = k % size
+        history = jax.tree.map(lambda h, new: h.at[row].set(jnp.where(close, new, h[row])), s.history, x)
+        acc = jax.tree.map(lambda a: jnp.where(close, jnp.zeros_like(a), a), acc)
+        total = jnp.where(close, jnp.zeros_like(total), total)
+        # The worker's next job is on broadcast tag + 1 if it exists already; otherwise it waits,
+        # and the release event at the broadcast hands it the model then (tag + 1 = k there).
+        nxt = jnp.minimum(event.tag + 1, k) % size
+        point = jax.tree.map(lambda h: h[nxt], history)
+        stats = {"weight": c, "rounds_behind": jnp.where(ok, behind, 0.0)}
+        return FedStragState(x, history, k, acc, total), point, stats
+
+    apply.__name__ = f"fedstrag_apply_{weighting}"
+    return apply
+
+
+def _make_init(size: int):
+    def init(hparams, params, n):
+        history = jax.tree.map(lambda a: jnp.broadcast_to(a, (size,) + a.shape), params)
+        zero = jnp.zeros((), jnp.result_type(*[a.dtype for a in jax.tree.leaves(params)]))
+        return FedStragState(params, history, jnp.zeros((), jnp.int32), jax.tree.map(jnp.zeros_like, params), zero)
+
+    return init
+
+
+def _validate(hparams: HParams, num_workers: int) -> None:
+    _checks.check_stepsize("fedstrag", hparams["local_stepsize"], argument="local_stepsize")
+
+
+_CACHE: dict = {}
+
+
+def fedstrag(*, local_stepsize: float, history: int, local_steps: int = 1, weighting: str = "fedstrag") -> Algorithm:
+    """FedStrag (see the module docstring); run it on a :func:`sim.schedules.time_bounded_rounds`
+    schedule.
+
+    Args:
+      local_stepsize: η ≥ 0 (sweepable). local_steps: H ≥ 1.
+      history: broadcasts the server keeps (≥ 1); ``fedstrag_history(schedule)`` gives what a
+        schedule needs.
+      weighting: ``"fedstrag"`` (c = 1/(r − r_j + 1)) or ``"equal"`` (c = 1).
+    """
+    if weighting not in WEIGHTINGS:
+        raise ValueError(f"fedstrag: weighting must be one of {list(WEIGHTINGS)}; got {weighting!r}")
+    size = _check_int("fedstrag", "history", history)
+    hp = {"local_stepsize": local_stepsize, "local_steps": _check_int("fedstrag", "local_steps", local_steps)}
+    _validate(hp, 0)
+    # One pair of functions per (weighting, history), so equal settings share a compilation.
+    if (weighting, size) not in _CACHE:
+        _CACHE[weighting, size] = (_make_init(size), _make_apply(weighting, size))
+    init, apply = _CACHE[weighting, size]
+
+    def check_schedule(schedule) -> None:
+        need = fedstrag_history(schedule)
+        if need > size:
+            raise ValueError(f"fedstrag: this schedule has a client {need} broadcasts behind, but the server "
+                             f"keeps {size}; pass history=algos.fedstrag_history(schedule) (= {need})")
+
+    return Algorithm(f"fedstrag_{weighting}", hp, init, _work, apply, lambda s: s.params, validate=_validate,
+                     check_schedule=check_schedule)
