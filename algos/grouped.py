@@ -11,12 +11,13 @@ Within a group, stale synchronous parallel with bound s decides when a worker ma
 on ``sim.schedules.stale_synchronous`` with the same groups. The optimiser is plain SGD (the code
 uses momentum 0.9 and weight decay 5e-4). Grouping Dynamic Sparsification (GDS) is not built.
 
-The model the metrics see is the mean of the group models. A lost push (or a release event of the
+Under ``peer`` the model the metrics see is the mean of the group models. A lost push (or a release event of the
 SSP schedule, which carries no result) changes nothing; the worker is handed its group's current
 model.
 
 Degenerate cases: one group, or ``forward_every = 1`` (every push reaches every group at once),
-is vanilla ASGD with step γ / n.
+is vanilla ASGD with step γ / n; under ``global_ps``, ``forward_every = 1`` is too, and with
+one group the group model is.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class GSPState(NamedTuple):
     models: Params  # [G, ...], one model per group server
     pending: Params  # [G, ...], gradients applied since the group's last forward
     pushes: jax.Array  # int32 [G], pushes applied since the group's last forward
+    global_model: Params = None  # the global server's model (topology "global_ps" only)
 
 
 def groups_by_speed(taus, num_groups: int) -> np.ndarray:
@@ -54,13 +56,20 @@ def groups_by_speed(taus, num_groups: int) -> np.ndarray:
     return out
 
 
-def gsp(*, stepsize: float, groups, forward_every: int = 4) -> Algorithm:
+TOPOLOGIES = ("peer", "global_ps")
+
+
+def gsp(*, stepsize: float, groups, forward_every: int = 4, topology: str = "peer") -> Algorithm:
     """GSP (see the module docstring).
 
     Args:
       stepsize: γ ≥ 0. groups: one group index per worker (0..G−1, each used).
       forward_every: P ≥ 1, pushes between a group server's forwards to the others.
+      topology: ``"peer"`` (group servers forward to each other; the code) or ``"global_ps"``
+        (they forward to a global server and take its model back; the abstract).
     """
+    if topology not in TOPOLOGIES:
+        raise ValueError(f"gsp: topology must be one of {list(TOPOLOGIES)}; got {topology!r}")
     group = np.asarray(groups)
     if group.ndim != 1 or not np.issubdtype(group.dtype, np.integer) or group.size == 0:
         raise ValueError(f"gsp: groups must be a 1-D array of group indices, one per worker; got {groups!r}")
@@ -74,7 +83,7 @@ def gsp(*, stepsize: float, groups, forward_every: int = 4) -> Algorithm:
     def init(hparams, params, n):
         stack = lambda v: jnp.broadcast_to(v, (G,) + jnp.shape(v))  # noqa: E731
         return GSPState(jax.tree.map(stack, params), jax.tree.map(lambda v: jnp.zeros((G,) + jnp.shape(v), v.dtype), params),
-                        jnp.zeros((G,), jnp.int32))
+                        jnp.zeros((G,), jnp.int32), params if topology == "global_ps" else None)
 
     def apply(hparams: HParams, s: GSPState, grad: Params, event: Event):
         ok = event.delivered
@@ -90,22 +99,32 @@ def gsp(*, stepsize: float, groups, forward_every: int = 4) -> Algorithm:
         pending = jax.tree.map(lambda p, g: p + own_row(g), s.pending, grad)
         pushes = s.pushes + own.astype(jnp.int32)
         fwd = ok & (pushes[k] % P == 0)
-        others = (1.0 - jax.nn.one_hot(k, G)) * fwd  # [G]
+        glob = s.global_model
+        if topology == "global_ps":
+            glob = jax.tree.map(lambda x, p: jnp.where(fwd, x - lr.astype(x.dtype) * p[k], x), glob, pending)
+            models = jax.tree.map(lambda m, x: m.at[k].set(jnp.where(fwd, x, m[k])), models, glob)
+        else:
+            others = (1.0 - jax.nn.one_hot(k, G)) * fwd  # [G]
 
-        def forward(x, p):
-            sent = p[k]
-            return x - lr.astype(x.dtype) * others.astype(x.dtype).reshape((G,) + (1,) * sent.ndim) * sent[None]
+            def forward(x, p):
+                sent = p[k]
+                return x - lr.astype(x.dtype) * others.astype(x.dtype).reshape((G,) + (1,) * sent.ndim) * sent[None]
 
-        models = jax.tree.map(forward, models, pending)
+            models = jax.tree.map(forward, models, pending)
         keep = 1.0 - jax.nn.one_hot(k, G) * fwd
         pending = jax.tree.map(lambda p: keep.astype(p.dtype).reshape((G,) + (1,) * (p.ndim - 1)) * p, pending)
         pushes = jnp.where(fwd, pushes.at[k].set(0), pushes)
         nxt = jax.tree.map(lambda x: x[k], models)
-        return GSPState(models, pending, pushes), nxt, {"forwarded": fwd.astype(jnp.float32)}
+        return GSPState(models, pending, pushes, glob), nxt, {"forwarded": fwd.astype(jnp.float32)}
 
     def validate(hparams, n):
         _checks.check_stepsize("gsp", hparams["stepsize"])
         if n and n != group.shape[0]:
             raise ValueError(f"gsp: groups gives {group.shape[0]} workers but the problem has {n}")
 
-    return Algorithm("gsp", {"stepsize": stepsize}, init, gradient_work, apply, lambda s: jax.tree.map(_linalg.leading_mean, s.models), validate=validate)
+    if topology == "global_ps":
+        params = lambda s: s.global_model  # noqa: E731
+    else:
+        params = lambda s: jax.tree.map(_linalg.leading_mean, s.models)  # noqa: E731
+    return Algorithm(f"gsp_{topology}" if topology != "peer" else "gsp", {"stepsize": stepsize}, init, gradient_work,
+                     apply, params, validate=validate)

@@ -10,7 +10,8 @@ first 8,000 training images average-pooled to 14×14; both presets use 5 seeds; 
 some), not the initial model.
 
 1. ``specialisation``: 4 fast workers (τ = 1) and 4 slow ones (τ = R), R ∈ {1, 2, 4, 8, 16},
-   vanilla ASGD. Per layer and over the second half of training: how far each worker's model is
+   vanilla ASGD, for the MLP and for a small CNN (two 5×5 convolutions with 8 and 16 channels,
+   a 32-unit head; R ∈ {1, 4, 16} in the quick preset). Per layer and over the second half of training: how far each worker's model is
    from the server's in representation (1 − linear CKA on a fixed probe batch) and how well its
    next gradient aligns with the server's current one (cosine), fast against slow. Then
    data-dependent durations (R = 1, a job's time ∝ the ink of the images it draws): are the
@@ -20,8 +21,9 @@ some), not the initial model.
 3. ``frontier``: test accuracy reached within a fixed simulated time, and time to a target
    accuracy, against the heterogeneity level h (τ_i = e^{h z_i}, z_i evenly spaced normal
    quantiles, scaled so that Σ 1/τ_i = n: the same total compute at every h), for synchronous
-   SGD, backup workers (b = 2), vanilla and Rescaled ASGD, and hierarchical SGD; each method at
-   its best step size of a small grid. Grouped synchronisation (``algos.gsp``) is not in it yet.
+   SGD, backup workers (b = 2), vanilla and Rescaled ASGD, hierarchical SGD, and grouped
+   synchronisation (GSP: two groups by speed, SSP bound 2 within each, a group forwards its
+   gradients every 4 pushes); each method at its best step size of a small grid.
 4. ``mitigation``: two 8× stragglers among 8 workers; each mitigation switched on against its own
    baseline: staleness weighting on ASGD, backup workers on synchronous SGD, and proactive
    scheduling (DPro-SM-like: per-worker local steps from predicted step times) on local SGD;
@@ -43,7 +45,7 @@ import sim
 from paper_figures._output import pyplot, save_figure, write_outputs
 from sim import schedules
 from sim import telemetry as T
-from sim.models import MLP
+from sim.models import CNN, MLP
 
 N = 8
 FAST, SLOW = slice(0, 4), slice(4, 8)
@@ -62,11 +64,14 @@ class Preset:
     horizon: float  # simulated time budget (experiments 3, 4)
     probes: int
     logs: int
+    cnn_channels: tuple = (8, 16)  # experiment 1's CNN
+    cnn_hidden: int = 32
+    cnn_ratios: tuple = (1, 2, 4, 8, 16)
 
 
 PRESETS = {
     "quick": Preset(train=8000, test=2000, pool=2, hidden=64, batch=32, seeds=5, events=3000, horizon=250.0,
-                    probes=128, logs=40),
+                    probes=128, logs=40, cnn_ratios=(1, 4, 16)),
     "full": Preset(train=16000, test=5000, pool=1, hidden=128, batch=32, seeds=5, events=8000, horizon=600.0,
                    probes=256, logs=60),
 }
@@ -128,11 +133,23 @@ def _second_half(t: np.ndarray) -> np.ndarray:
 RATIOS = (1, 2, 4, 8, 16)
 
 
-def _layer_summary(res, mask) -> dict:
+def setup_cnn(p: Preset):
+    """(problem, module) of the CNN run of experiment 1: the same images, shards and probes as
+    :func:`setup`, a :class:`sim.models.CNN` with ``p.cnn_channels`` and a ``p.cnn_hidden`` head."""
+    ds = sim.data.load_mnist_format()
+    xtr, ytr = _pool(ds.x_train[: p.train], p.pool), ds.y_train[: p.train]
+    xte, yte = _pool(ds.x_test[: p.test], p.pool), ds.y_test[: p.test]
+    prob = sim.models.cnn_classifier(xtr, ytr, xte, yte, num_workers=N, split="iid", batch_size=p.batch,
+                                     channels=p.cnn_channels, hidden=p.cnn_hidden, eval_size=p.test, seed=0,
+                                     dtype=np.float32)
+    return prob, CNN(classes=10, channels=p.cnn_channels, hidden=p.cnn_hidden)
+
+
+def _layer_summary(res, mask, layers) -> dict:
     """Per layer, per seed: the mean over the given log points of 1 − CKA and of the gradient
     cosine, for the fast and the slow workers."""
     out = {}
-    for layer in LAYERS:
+    for layer in layers:
         div = 1.0 - res.metrics[f"telemetry/cka/{layer}"][0][:, mask]  # [S, logs, n]
         cos = res.metrics[f"telemetry/grad_cos/{layer}"][0][:, mask]
         for name, sl in (("fast", FAST), ("slow", SLOW)):
@@ -141,38 +158,38 @@ def _layer_summary(res, mask) -> dict:
     return out
 
 
-def compute_specialisation(p: Preset) -> dict:
-    prob, px, py, dsname = setup(p)
-    tel = T.Representations(_module(p), px, py)
+def _specialisation_runs(p: Preset, prob, module, px, py, ratios, runs: str) -> dict:
+    tel = T.Representations(module, px, py)
+    layers = tuple(sorted(jax.eval_shape(lambda: T.activations(module, prob.x0, px[:2]))))
     gamma = 0.05
-    out = {"ratios": np.array(RATIOS, float), "dataset": dsname, "gamma": gamma}
+    out = {"ratios": np.array(ratios, float), "gamma": gamma, "layers": layers}
     rows = {}
-    for r in RATIOS:
-        _progress(f"specialisation: R = {r}")
+    for r in ratios:
+        _progress(f"specialisation, {type(module).__name__}: R = {r}")
         sched = schedules.fixed_computation(two_speed_taus(r), num_events=p.events)
         res = sim.sweep(algos.asgd(stepsize=gamma), prob, sched, keys=_keys(p), telemetry=tel,
-                        log_every=_log_every(p.events, p.logs))
-        s = _layer_summary(res, _second_half(res.metrics["time"]))
+                        log_every=_log_every(p.events, p.logs), runs=runs)
+        s = _layer_summary(res, _second_half(res.metrics["time"]), layers)
         s["accuracy"] = res.metrics["test_accuracy"][0][:, -1]
         for k, v in s.items():
             rows.setdefault(k, []).append(v)
     out.update({k: np.stack(v) for k, v in rows.items()})  # [ratios, seeds]
 
     # data-dependent durations: a job's time ∝ the ink of the images it draws
-    _progress("specialisation: data-dependent durations")
+    _progress(f"specialisation, {type(module).__name__}: data-dependent durations")
     key = _keys(p)[0]
-    ink = np.asarray(prob.data["X"]).reshape(N, prob.data["X"].shape[1], -1).sum(axis=2)
+    X = np.asarray(prob.data["X"])
+    ink = X.reshape(N, X.shape[1], -1).sum(axis=2)
     rate = 1.0 / (p.batch * ink.mean())
     timing = schedules.ExampleCostTiming(ink, batch_size=p.batch, key=key, time_per_cost=0.8 * rate, overhead=0.2)
     sched = schedules.asynchronous(timing, num_events=p.events)
     res = sim.run(algos.asgd(stepsize=gamma), prob, sched, key=key, telemetry=tel, log_every=_log_every(p.events, p.logs))
-    module = _module(p)
     params = res.params
 
-    def losses(X, y):
+    def losses(Xi, yi):
         import optax
 
-        return optax.softmax_cross_entropy_with_integer_labels(module.apply({"params": params}, X), y)
+        return optax.softmax_cross_entropy_with_integer_labels(module.apply({"params": params}, Xi), yi)
 
     per_example = np.stack([np.asarray(losses(prob.data["X"][i], prob.data["y"][i])) for i in range(N)])
     jobs = sched.job_number
@@ -182,7 +199,7 @@ def compute_specialisation(p: Preset) -> dict:
     rho, pval = sps.spearmanr(dur, difficulty)
     mask = _second_half(res.metrics["time"])
     worker_dur = np.array([dur[sched.worker == i].mean() for i in range(N)])
-    worker_div = {layer: (1 - res.metrics[f"telemetry/cka/{layer}"][mask]).mean(axis=0) for layer in LAYERS}
+    worker_div = {layer: (1 - res.metrics[f"telemetry/cka/{layer}"][mask]).mean(axis=0) for layer in layers}
     out.update(dd_duration=dur, dd_difficulty=difficulty, dd_rho=float(rho), dd_p=float(pval),
                dd_worker_duration=worker_dur,
                **{f"dd_worker_div_{layer}": v for layer, v in worker_div.items()},
@@ -190,36 +207,56 @@ def compute_specialisation(p: Preset) -> dict:
     return out
 
 
-def findings_specialisation(d: dict) -> str:
-    lines = [f"Specialisation ({d['dataset']}, MLP, n = 8 workers on i.i.d. shards, 4 fast at τ = 1 and 4 slow at "
-             f"τ = R, vanilla ASGD γ = {d['gamma']}, {d['div_Dense_0_fast'].shape[1]} seeds; second half of training).",
-             "R | 1−CKA fast/slow, layer 1 | layer 2 | grad cosine fast/slow, layer 1 | layer 2 | test acc"]
+def compute_specialisation(p: Preset) -> dict:
+    prob, px, py, dsname = setup(p)
+    out = {"dataset": dsname, "models": {}}
+    out["models"]["MLP"] = _specialisation_runs(p, prob, _module(p), px, py, RATIOS, "vmap")
+    cprob, cnn = setup_cnn(p)
+    # convolutions on CPU: runs one after another beat batched runs (benchmarks/RESULTS.md)
+    out["models"]["CNN"] = _specialisation_runs(p, cprob, cnn, px, py, p.cnn_ratios, "map")
+    return out
+
+
+def _layer_label(layers, layer) -> str:
+    return f"layer {layers.index(layer) + 1} ({layer})"
+
+
+def _findings_one(model: str, d: dict, dataset: str) -> list[str]:
+    layers = d["layers"]
+    S = d[f"div_{layers[0]}_fast"].shape[1]
+    lines = [f"{model} ({dataset}, n = 8 workers on i.i.d. shards, 4 fast at τ = 1 and 4 slow at τ = R, vanilla "
+             f"ASGD γ = {d['gamma']}, {S} seeds; second half of training).",
+             "R | " + " | ".join(f"1−CKA fast/slow, {L}" for L in layers) + " | "
+             + " | ".join(f"grad cosine fast/slow, {L}" for L in layers) + " | test acc"]
     for j, r in enumerate(d["ratios"]):
         m = {k: float(np.mean(v[j])) for k, v in d.items() if isinstance(v, np.ndarray) and v.ndim == 2}
-        lines.append(f"{r:>4g} | {m['div_Dense_0_fast']:.2e} / {m['div_Dense_0_slow']:.2e} | "
-                     f"{m['div_Dense_1_fast']:.2e} / {m['div_Dense_1_slow']:.2e} | "
-                     f"{m['cos_Dense_0_fast']:.3f} / {m['cos_Dense_0_slow']:.3f} | "
-                     f"{m['cos_Dense_1_fast']:.3f} / {m['cos_Dense_1_slow']:.3f} | {m['accuracy']:.3f}")
+        lines.append(f"{r:>4g} | " + " | ".join(f"{m[f'div_{L}_fast']:.2e} / {m[f'div_{L}_slow']:.2e}" for L in layers)
+                     + " | " + " | ".join(f"{m[f'cos_{L}_fast']:.3f} / {m[f'cos_{L}_slow']:.3f}" for L in layers)
+                     + f" | {m['accuracy']:.3f}")
     hi = -1
-    r0 = d["div_Dense_0_slow"][hi] / d["div_Dense_0_fast"][hi]  # per seed
-    r1 = d["div_Dense_1_slow"][hi] / d["div_Dense_1_fast"][hi]
-    diff = r0 - r1
-    if np.all(diff > 0):
-        which = "larger in the first layer in every seed"
-    elif np.all(diff < 0):
-        which = "larger in the last layer in every seed"
+    ratio = {L: d[f"div_{L}_slow"][hi] / d[f"div_{L}_fast"][hi] for L in layers}  # per seed
+    order = np.stack([ratio[L] for L in layers])  # [layers, seeds]
+    top = np.argmax(order, axis=0)
+    if np.all(top == top[0]):
+        which = f"largest in {_layer_label(layers, layers[top[0]])} in every seed"
     else:
-        which = "not consistently larger in either layer across seeds"
-    lines.append(f"At R = {d['ratios'][hi]:g} the slow workers' models are {r0.mean():.1f}x (seeds {r0.min():.1f}–"
-                 f"{r0.max():.1f}) further from the server's than the fast workers' in layer 1 and {r1.mean():.1f}x "
-                 f"({r1.min():.1f}–{r1.max():.1f}) in layer 2. In ASGD a worker's model is the server model it was last "
-                 f"handed, so this divergence is staleness seen through the representations; the slow/fast ratio is {which}.")
-    cos_gap = [float(np.mean(d[f"cos_{layer}_fast"][hi] - d[f"cos_{layer}_slow"][hi])) for layer in LAYERS]
-    lines.append(f"Gradient alignment with the server's current gradient, fast minus slow: {cos_gap[0]:+.3f} "
-                 f"(layer 1), {cos_gap[1]:+.3f} (layer 2). A layer-specific role (fast workers as early-layer "
-                 "specialists) would show as a gap of opposite sign in the two layers; "
-                 + ("the signs are opposite." if cos_gap[0] * cos_gap[1] < 0 else
-                    "both gaps have the same sign: no layer-specific specialisation found, only uniform staleness."))
+        which = "largest in different layers in different seeds (" + ", ".join(
+            f"{layers[t]}" for t in top) + ")"
+    lines.append(f"At R = {d['ratios'][hi]:g}, the slow workers' representation divergence from the server "
+                 "(1 − CKA) over the fast workers': " + ", ".join(
+                     f"{ratio[L].mean():.1f}x ({ratio[L].min():.1f}–{ratio[L].max():.1f}) in {L}" for L in layers)
+                 + f" (mean, seeds' range). In ASGD a worker's model is the server model it was last handed, so this "
+                 f"divergence is staleness seen through the representations; the slow/fast ratio is {which}.")
+    gap = {L: float(np.mean(d[f"cos_{L}_fast"][hi] - d[f"cos_{L}_slow"][hi])) for L in layers}
+    signs = {np.sign(v) for v in gap.values()}
+    lines.append("Gradient alignment with the server's current gradient, fast minus slow: "
+                 + ", ".join(f"{v:+.3f} ({L})" for L, v in gap.items())
+                 + ". A layer-specific role (fast workers as early-layer specialists) would show as gaps of opposite "
+                 "sign in early and late layers; "
+                 + ("the signs differ between layers." if len(signs) > 1 else
+                    "the fast workers align better in every layer alike: no layer-specific specialisation found, only "
+                    "uniform staleness." if signs == {1.0} else
+                    "the slow workers align better in every layer alike: no layer-specific role found."))
     lines.append(f"Data-dependent durations (R = 1, job time ∝ ink of the drawn images): Spearman ρ between a "
                  f"job's duration and its batch's loss under the final model = {d['dd_rho']:+.3f} "
                  f"(p = {d['dd_p']:.2g}, {len(d['dd_duration'])} jobs). "
@@ -231,37 +268,48 @@ def findings_specialisation(d: dict) -> str:
     lines.append(f"Across the 8 workers (shards i.i.d., so no worker is a persistent straggler), Spearman ρ between "
                  f"a worker's mean job duration and its representation divergence: {rl}; with 8 points only "
                  "|ρ| > 0.74 would be significant at 5 %.")
+    return lines
+
+
+def findings_specialisation(d: dict) -> str:
+    lines = ["Specialisation: do fast workers become early-layer specialists, and do stragglers hold harder examples?"]
+    for model, md in d["models"].items():
+        lines.append("")
+        lines += _findings_one(model, md, d["dataset"])
     return "\n".join(lines) + "\n"
 
 
 def plot_specialisation(d: dict, path: str) -> None:
     plt = pyplot()
 
-    fig, ax = plt.subplots(1, 3, figsize=(15, 4.4), dpi=110)
-    r = d["ratios"]
-    colors = {"Dense_0": "tab:blue", "Dense_1": "tab:red"}
-    for layer in LAYERS:
-        for grp, ls in (("fast", "-"), ("slow", "--")):
-            for a, kind in ((ax[0], "div"), (ax[1], "cos")):
-                v = d[f"{kind}_{layer}_{grp}"]
-                a.plot(r, v.mean(axis=1), ls=ls, color=colors[layer], marker="o", ms=3,
-                       label=f"layer {LAYERS.index(layer) + 1}, {grp}")
-                a.fill_between(r, v.min(axis=1), v.max(axis=1), color=colors[layer], alpha=0.15)
-    for a in ax[:2]:
-        a.set_xscale("log", base=2)
-        a.set_xlabel("compute ratio R = τ_slow / τ_fast")
-        a.grid(alpha=0.3)
-        a.legend(fontsize=7)
-    ax[0].set_yscale("log")
-    ax[0].set_ylabel("1 − CKA(worker, server)  (band: seeds' range)")
-    ax[0].set_title("representation divergence from the server")
-    ax[1].set_ylabel("cos(worker's probe gradient, server's)")
-    ax[1].set_title("gradient alignment")
-    ax[2].scatter(d["dd_duration"], d["dd_difficulty"], s=3, alpha=0.3)
-    ax[2].set_xlabel("job duration (∝ ink of the drawn images)")
-    ax[2].set_ylabel("batch loss under the final model")
-    ax[2].set_title(f"data-dependent durations: Spearman ρ = {d['dd_rho']:+.2f}")
-    ax[2].grid(alpha=0.3)
+    models = list(d["models"])
+    fig, axes = plt.subplots(len(models), 3, figsize=(15, 4.2 * len(models)), dpi=110, squeeze=False)
+    for ax, model in zip(axes, models):
+        md = d["models"][model]
+        r = md["ratios"]
+        layers = md["layers"]
+        colors = dict(zip(layers, plt.cm.viridis(np.linspace(0.0, 0.85, len(layers)))))
+        for layer in layers:
+            for grp, ls in (("fast", "-"), ("slow", "--")):
+                for a, kind in ((ax[0], "div"), (ax[1], "cos")):
+                    v = md[f"{kind}_{layer}_{grp}"]
+                    a.plot(r, v.mean(axis=1), ls=ls, color=colors[layer], marker="o", ms=3, label=f"{layer}, {grp}")
+                    a.fill_between(r, v.min(axis=1), v.max(axis=1), color=colors[layer], alpha=0.15)
+        for a in ax[:2]:
+            a.set_xscale("log", base=2)
+            a.set_xlabel("compute ratio R = τ_slow / τ_fast")
+            a.grid(alpha=0.3)
+            a.legend(fontsize=6, ncol=2)
+        ax[0].set_yscale("log")
+        ax[0].set_ylabel("1 − CKA(worker, server)  (band: seeds' range)")
+        ax[0].set_title(f"{model}: representation divergence from the server")
+        ax[1].set_ylabel("cos(worker's probe gradient, server's)")
+        ax[1].set_title(f"{model}: gradient alignment")
+        ax[2].scatter(md["dd_duration"], md["dd_difficulty"], s=3, alpha=0.3)
+        ax[2].set_xlabel("job duration (∝ ink of the drawn images)")
+        ax[2].set_ylabel("batch loss under the final model")
+        ax[2].set_title(f"{model}, data-dependent durations: Spearman ρ = {md['dd_rho']:+.2f}")
+        ax[2].grid(alpha=0.3)
     save_figure(fig, path)
 
 
@@ -368,8 +416,13 @@ GAMMAS_SYNC = np.array([0.1, 0.2, 0.4, 0.8])  # steps on the average of up to 8 
 
 
 def _grid(name: str) -> np.ndarray:
+    if name.startswith("grouped"):  # GSP steps γ/n per push: the same per-push steps as ASGD's grid
+        return GAMMAS_ASYNC * N
     return GAMMAS_ASYNC if "ASGD" in name else GAMMAS_SYNC
+
+
 HIER = {2: 4, 4: 8}  # groups of 4 average every 2 steps, all 8 every 4
+GSP_GROUPS, GSP_BOUND, GSP_FORWARD = 2, 2, 4  # two speed groups, SSP bound 2 within each, forward every 4 pushes
 
 
 def _timing(taus: np.ndarray, seed: int = 0):
@@ -389,6 +442,8 @@ def _until(build, horizon: float, guess: int) -> schedules.Schedule:
         need = int(np.searchsorted(ends, horizon)) + 1
     else:
         need = int(np.searchsorted(s.finish, horizon)) + 1
+        if s.pull_only is not None:  # counts are of reports; releases are events of their own
+            need = int(np.sum(~s.pull_only[:need]))
     return build(min(need, count))
 
 
@@ -397,6 +452,7 @@ def frontier_methods(taus: np.ndarray, horizon: float, seed: int = 0) -> dict:
     timing = _timing(taus, seed)
     rate = np.sum(1.0 / taus)
     per_round = float(np.max(taus) * 1.3)
+    groups = algos.groups_by_speed(taus, GSP_GROUPS)
     return {
         "synchronous SGD": (algos.minibatch_sgd(stepsize=0.1),
                             _until(lambda c: schedules.barrier(timing, num_rounds=c), horizon, int(horizon / per_round))),
@@ -410,6 +466,9 @@ def frontier_methods(taus: np.ndarray, horizon: float, seed: int = 0) -> dict:
         "hierarchical SGD": (algos.hierarchical_sgd(stepsize=0.1, levels=HIER),
                              _until(lambda c: schedules.hierarchical(timing, num_steps=c, levels=HIER), horizon,
                                     int(horizon / np.max(taus)))),
+        "grouped (GSP)": (algos.gsp(stepsize=0.1, groups=groups, forward_every=GSP_FORWARD),
+                          _until(lambda c: schedules.stale_synchronous(timing, num_jobs=c, groups=groups, bound=GSP_BOUND),
+                                 horizon, int(horizon * rate))),
     }
 
 
@@ -454,7 +513,8 @@ def findings_frontier(d: dict) -> str:
     lines = [f"Frontier ({d['dataset']}, n = 8, τ_i = e^(h z_i) scaled to the same total compute, simulated time "
              f"budget {d['horizon']:g}, {next(iter(tab.values()))[1].shape[0]} seeds; each method at its best γ by "
              f"final accuracy, of {', '.join(f'{g:g}' for g in GAMMAS_ASYNC)} for ASGD and "
-             f"{', '.join(f'{g:g}' for g in GAMMAS_SYNC)} for the synchronous schemes). Target accuracy "
+             f"{', '.join(f'{g:g}' for g in GAMMAS_SYNC)} for the synchronous schemes, "
+             f"{', '.join(f'{g:g}' for g in GAMMAS_ASYNC * N)} for GSP, whose push steps γ/n). Target accuracy "
              f"{d['target']:.3f} (95 % of the best at h = 0).",
              "h | " + " | ".join(names) + "   (final accuracy / time to target; inf: not reached)"]
     for h in d["levels"]:
@@ -475,9 +535,12 @@ def findings_frontier(d: dict) -> str:
             shape = f"peaks at an intermediate level, h = {d['levels'][k]:g}"
         elif k == len(fins) - 1:
             shape = f"rises with heterogeneity: highest at h = {d['levels'][k]:g}"
-        else:
+        elif fins[-1] >= fins[k] - 2 * sd:
             shape = (f"rises with heterogeneity and levels off (highest at h = {d['levels'][k]:g}, within "
                      f"2 seed sd of h = {d['levels'][-1]:g})")
+        else:
+            shape = (f"is highest at an intermediate level, h = {d['levels'][k]:g}, but not clear of seed noise "
+                     f"(within 2 seed sd of h = {d['levels'][0]:g})")
         lines.append(f"{nm}: final accuracy {shape} ({fins[k]:.3f}; h = 0: {fins[0]:.3f}, h = {d['levels'][-1]:g}: "
                      f"{fins[-1]:.3f}; largest seed sd {sd:.3f}).")
     edge = [f"{nm} at h = {h:g} (γ = {g:g})" for (h, nm), (g, _, _) in tab.items()
@@ -649,9 +712,11 @@ EXPERIMENTS = {
 
 def _rows(name: str, d: dict) -> list[dict]:
     if name == "specialisation":
-        keys = [k for k, v in d.items() if isinstance(v, np.ndarray) and v.ndim == 2]
-        return [{"ratio": float(r), "seed": s, **{k: float(d[k][j, s]) for k in keys}}
-                for j, r in enumerate(d["ratios"]) for s in range(d[keys[0]].shape[1])]
+        return [{"model": model, "ratio": float(r), "seed": s, "layer": layer, "group": grp,
+                 "one_minus_cka": float(md[f"div_{layer}_{grp}"][j, s]), "grad_cos": float(md[f"cos_{layer}_{grp}"][j, s]),
+                 "test_accuracy": float(md["accuracy"][j, s])}
+                for model, md in d["models"].items() for j, r in enumerate(md["ratios"])
+                for s in range(md["accuracy"].shape[1]) for layer in md["layers"] for grp in ("fast", "slow")]
     if name == "divergence":
         return [{"ratio": float(k[0]), "method": k[1], "quantity": k[2], "seed": s,
                  "slow": float(v[0][s]) if isinstance(v, tuple) else float(v[s]),

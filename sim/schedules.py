@@ -94,6 +94,9 @@ class Schedule:
         (a client works through its backlog of broadcasts in order, so a job's model can be
         older than the server's model when the job starts); for a release event, the tag of the
         worker's last job.
+      applied_at: float64 or None: when the server applies each event's result, where that is
+        later than ``finish`` and not a barrier round's end (time-bounded rounds: at the check
+        that closes the round). :func:`sim.telemetry.worker_timing` reads it for queue delays.
     """
 
     worker: np.ndarray
@@ -110,12 +113,13 @@ class Schedule:
     job_key: np.ndarray | None = None
     pull_only: np.ndarray | None = None
     tag: np.ndarray | None = None
+    applied_at: np.ndarray | None = None
 
     def __post_init__(self):
         for name in ("worker", "start", "finish", "version", "delivered", "round"):
             arr = getattr(self, name)
             arr.setflags(write=False)
-        for name in ("compute_finish", "job_key", "pull_only", "tag"):
+        for name in ("compute_finish", "job_key", "pull_only", "tag", "applied_at"):
             if getattr(self, name) is not None:
                 getattr(self, name).setflags(write=False)
         if self.num_events < 1:
@@ -682,17 +686,26 @@ def _rounds(timing, worker_l, start_l, finish_l, delivered, description, compute
     )
 
 
-def backup_workers(timing: Timing, *, num_rounds: int, backups: int, description: str = "") -> Schedule:
+def backup_workers(timing: Timing, *, num_rounds: int, backups: int, cancel_on_close: bool = True,
+                   description: str = "") -> Schedule:
     """Synchronous rounds with ``backups`` backup workers (Chen et al. 2016; spec mitigation.md §2).
 
-    All n = N + b workers start each round on the same model; the round closes when the N-th
-    result arrives (N = n − ``backups``). The first N results, in (finish, worker) order, are
-    delivered; the other b jobs are cancelled at that moment (the spec's ``cancel_on_close``
-    variant: they appear as undelivered events finishing at the close) and every worker starts
-    the next round together. ``backups=0`` is :func:`barrier` exactly.
+    All n = N + b workers start round 0 on the same model; a round closes when its N-th result
+    computed on the round's model arrives (N = n − ``backups``), in (finish, worker) order.
 
-    Only the cancelling variant is built: in TensorFlow's SyncReplicasOptimizer a straggler's
-    job runs on and its late result is dropped, which lets one worker arrive twice in a round.
+    ``cancel_on_close=True`` (the spec's idealised variant, the default): the other b jobs are
+    cancelled at the close (undelivered events finishing at the close) and every worker starts the
+    next round together: a barrier schedule, for round-based algorithms (``algos.minibatch_sgd``).
+    ``backups=0`` is :func:`barrier` exactly.
+
+    ``cancel_on_close=False``: TensorFlow's ``SyncReplicasOptimizer`` (the same team's
+    implementation). A straggler's job runs on; its result, computed on an older model, arrives
+    and is dropped by the server, and the worker starts again at once on the current model, so it
+    can be dropped and then accepted in the same round. A worker whose result was accepted waits
+    for the round to close (it takes a token the chief issues at the close) and is released then:
+    a ``pull_only`` event at the close. An asynchronous schedule; run it with
+    ``algos.rennala_sgd(batch=N)``, whose rule (accept only results computed on the current round's
+    model, step on the mean of the first N) is the chief's. ``num_rounds`` counts closes.
     """
     num_rounds = _check_count(num_rounds, "num_rounds")
     n = timing.num_workers
@@ -700,6 +713,8 @@ def backup_workers(timing: Timing, *, num_rounds: int, backups: int, description
     if backups != b or not (0 <= b < n):
         raise ValueError(f"backups must be an integer in [0, n) = [0, {n}) (at least one result per round); got {backups!r}")
     keep = n - b
+    if not cancel_on_close:
+        return _sync_replicas(timing, num_rounds, keep, description)
     dur = timing.durations(num_rounds)
     if not np.all(np.isfinite(dur)):
         raise ValueError(f"num_rounds={num_rounds} exceeds the rounds the trace records for every worker")
@@ -717,6 +732,65 @@ def backup_workers(timing: Timing, *, num_rounds: int, backups: int, description
         t = close
     return _rounds(timing, worker_l, start_l, finish_l, np.concatenate(deliv_l),
                    description or f"barrier with {b} backup worker(s) of {n}, {type(timing).__name__}, {num_rounds} rounds")
+
+
+def _sync_replicas(timing, num_rounds: int, keep: int, description: str) -> Schedule:
+    """:func:`backup_workers` with ``cancel_on_close=False``."""
+    import heapq
+
+    n = timing.num_workers
+    jobs = 2 * num_rounds + 8
+    while True:
+        dur = timing.durations(jobs)
+        if not np.all(np.isfinite(dur)):
+            raise ValueError("the timing model ran out of recorded jobs")
+        started = np.zeros(n, np.int64)
+        began = np.zeros(n)
+        job_round = np.zeros(n, np.int64)
+        heap: list = []
+        ev_w, ev_s, ev_f, ev_p = [], [], [], []
+        ok = True
+
+        def launch(i, t, r):
+            if started[i] >= dur.shape[1]:
+                return False
+            heapq.heappush(heap, (_finish_time(timing, i, t, dur[i, started[i]]), i))
+            started[i] += 1
+            began[i], job_round[i] = t, r
+            return True
+
+        for i in range(n):
+            launch(i, 0.0, 0)
+        r, accepted, waiting = 0, 0, {}
+        while r < num_rounds and ok:
+            f, i = heapq.heappop(heap)
+            ev_w.append(i), ev_s.append(began[i]), ev_f.append(f), ev_p.append(False)
+            if job_round[i] == r:  # accepted
+                accepted += 1
+                if accepted < keep:
+                    waiting[i] = f
+                    continue
+                r, accepted = r + 1, 0
+                if r == num_rounds:
+                    break
+                for j in sorted(waiting):  # the tokens of the close, in worker order
+                    ev_w.append(j), ev_s.append(waiting[j]), ev_f.append(f), ev_p.append(True)
+                    ok &= launch(j, f, r)
+                waiting = {}
+            ok &= launch(i, f, r)  # the closer, or a dropped straggler: at once, on the current model
+        if ok:
+            break
+        jobs *= 2
+    worker = np.asarray(ev_w, np.int32)
+    pull = np.asarray(ev_p, bool)
+    return Schedule(
+        worker=worker, start=np.asarray(ev_s), finish=np.asarray(ev_f),
+        version=_versions_async(worker, ~pull, n), delivered=~pull,
+        round=np.full(worker.shape[0], -1, np.int64), num_workers=n, policy="async",
+        mean_durations=np.asarray(timing.mean_durations, dtype=np.float64).copy(),
+        description=description or (f"SyncReplicas: first {keep} of {n} results per round, stragglers dropped and "
+                                    f"restarted, {type(timing).__name__}, {num_rounds} rounds"),
+        job_key=_job_key(timing), pull_only=pull)
 
 
 def hierarchical(timing: Timing, *, num_steps: int, levels, warmup: int = 0, comm_time: float = 0.0,
@@ -889,7 +963,7 @@ def time_bounded_rounds(timing: Timing, *, num_rounds: int, poll: float = 4.0, m
         if out is not None:
             break
         jobs *= 2
-    worker, start, finish, tag, window, pull = (np.asarray(a) for a in out)
+    worker, start, finish, tag, window, pull, closes = (np.asarray(a) for a in out)
     return Schedule(
         worker=worker.astype(np.int32), start=start, finish=finish,
         version=_versions_tagged(tag, window, pull, ~pull),
@@ -897,7 +971,8 @@ def time_bounded_rounds(timing: Timing, *, num_rounds: int, poll: float = 4.0, m
         mean_durations=np.asarray(timing.mean_durations, dtype=np.float64).copy(),
         description=description or (f"time-bounded rounds (poll {poll:g} s, ≥ {min_results} result(s)), "
                                     f"{type(timing).__name__}, {num_rounds} rounds"),
-        job_key=_job_key(timing), pull_only=pull, tag=tag.astype(np.int64))
+        job_key=_job_key(timing), pull_only=pull, tag=tag.astype(np.int64),
+        applied_at=np.where(pull, finish, closes[window - 1]))
 
 
 def _time_bounded_events(timing, dur, num_rounds, poll, min_results):
@@ -928,6 +1003,7 @@ def _time_bounded_events(timing, dur, num_rounds, poll, min_results):
         if not launch(i, 0.0, 0):
             return None
     k, T = 0, 0.0  # the latest broadcast and its time
+    closes = []  # when each round closed
     while k < num_rounds:
         queued, check = 0, None
         while True:
@@ -948,6 +1024,7 @@ def _time_bounded_events(timing, dur, num_rounds, poll, min_results):
         if check is None:  # every client is busy or waits with a result queued, so m <= n are queued
             raise AssertionError("time_bounded_rounds: no check can close the round")
         k, T = k + 1, check
+        closes.append(T)
         if k == num_rounds:
             break
         for i in sorted(waiting):  # releases, in worker order
@@ -955,7 +1032,7 @@ def _time_bounded_events(timing, dur, num_rounds, poll, min_results):
             if not launch(i, T, k):
                 return None
         waiting = {}
-    return ev["w"], ev["s"], ev["f"], ev["tag"], ev["win"], ev["pull"]
+    return ev["w"], ev["s"], ev["f"], ev["tag"], ev["win"], ev["pull"], closes
 
 
 # --- convenience constructors (the public names) ----------------------------------------------

@@ -357,7 +357,11 @@ def worker_timing(schedule) -> dict[str, np.ndarray]:
       [n, max + 1]: their counts by staleness);
     - ``compute_mean``: mean job duration, start to the end of its computation;
     - ``idle_fraction``: the part of the run's time the worker was not computing (waiting at a
-      barrier, a group average, a staleness bound or after its last job).
+      barrier, a group average, a staleness bound or after its last job);
+    - ``queue_delay_mean``: over its delivered results, the mean time from the end of the
+      computation to the server applying it: 0 where results are applied on arrival; to the
+      round's last arrival in barrier rounds; to the group's average in hierarchical rounds; to
+      the closing check in time-bounded rounds (``Schedule.applied_at``).
     Release events (``Schedule.pull_only``) are not jobs and are left out.
     """
     n = schedule.num_workers
@@ -373,6 +377,15 @@ def worker_timing(schedule) -> dict[str, np.ndarray]:
     hist = np.zeros((n, int(st[ok].max(initial=0)) + 1), np.int64)
     np.add.at(hist, (w[ok], st[ok]), 1)
     smax = np.array([st[ok & (w == i)].max(initial=0) for i in range(n)])
+    if schedule.applied_at is not None:
+        applied = schedule.applied_at
+    elif schedule.policy == "barrier":  # a round is applied at its last arrival
+        last = np.zeros(int(schedule.round.max()) + 1)
+        np.maximum.at(last, schedule.round, schedule.finish)
+        applied = last[schedule.round]
+    else:
+        applied = schedule.finish
+    wait = (applied - end)[real]
     with np.errstate(invalid="ignore", divide="ignore"):
         return {
             "updates_per_time": acc / T_end,
@@ -382,4 +395,6 @@ def worker_timing(schedule) -> dict[str, np.ndarray]:
             "staleness_hist": hist,
             "compute_mean": np.where(jobs > 0, busy / np.maximum(jobs, 1), np.nan),
             "idle_fraction": 1.0 - busy / T_end,
+            "queue_delay_mean": np.where(acc > 0, np.bincount(w[ok], weights=wait[ok], minlength=n) / np.maximum(acc, 1),
+                                         np.nan),
         }

@@ -2,6 +2,7 @@
 
 import jax
 import numpy as np
+import pytest
 
 import algos
 import sim
@@ -73,3 +74,74 @@ def test_minibatch_sgd_with_backup_workers_averages_the_first_n():
     assert rel_err(res.params, x) < 1e-13
     sets = {tuple(sorted(sched.worker[(sched.round == r) & sched.delivered])) for r in range(rounds)}
     assert len(sets) > 3  # the first N differ from round to round: the test exercises the selection
+
+
+def _sync_replicas_loop(A, b, table, *, N, rounds, gamma):
+    """TensorFlow's SyncReplicasOptimizer as the spec reads it (mitigation.md §2), tick by tick:
+    the chief accepts a gradient only if it was computed on the current global step's model; at
+    the N-th it steps on their mean; a worker whose gradient was accepted waits for that close,
+    a worker whose gradient was dropped starts again at once on the current model."""
+    n = len(table)
+    jobs = [1] * n
+    x = np.zeros(A.shape[-1])
+    step, accepted, total = 0, 0, np.zeros_like(x)
+    busy = [(table[i][0], 0, x.copy()) for i in range(n)]  # (finish tick, step of the model, model)
+
+    def next_job(i, t):
+        jobs[i] += 1
+        return (t + table[i][jobs[i] - 1], step, x.copy())
+
+    waiting, twice = [], 0
+    seen = set()
+    t = 0
+    while step < rounds:
+        t += 1
+        for i in range(n):
+            if busy[i] is None or busy[i][0] != t:
+                continue
+            _, base, point = busy[i]
+            busy[i] = None
+            if base == step:
+                total = total + quadratic_gradient(A, b, i, point)
+                accepted += 1
+                if (i, step) in seen:
+                    twice += 1
+                seen.add((i, step))
+                if accepted < N:
+                    waiting.append(i)
+                    continue
+                x, step, accepted, total = x - gamma * total / N, step + 1, 0, np.zeros_like(x)
+                for j in waiting:
+                    busy[j] = next_job(j, t)
+                waiting = []
+            else:
+                seen.add((i, step))  # dropped in this round
+            busy[i] = next_job(i, t)
+    return x, twice
+
+
+def test_sync_replicas_backup_workers_are_rennala_on_their_schedule():
+    """backup_workers(cancel_on_close=False) + rennala_sgd(batch=N) against the chief and workers
+    run tick by tick; one worker is both dropped and accepted in a round."""
+    prob = sim.problems.random_quadratic(5, 3, seed=3)
+    A, b = prob.curvature
+    N, rounds = 3, 25
+    table = np.random.default_rng(0).integers(1, 7, size=(5, 200)).astype(float)
+    sched = schedules.backup_workers(schedules.TraceTiming(tuple(table)), num_rounds=rounds, backups=2,
+                                     cancel_on_close=False)
+    res = sim.run(algos.rennala_sgd(stepsize=0.2, batch=N), prob, sched, key=jax.random.key(0))
+    ref, twice = _sync_replicas_loop(A, b, table.astype(int), N=N, rounds=rounds, gamma=0.2)
+    assert twice > 0
+    assert int(res.state.round) == rounds
+    assert rel_err(res.params, ref) < 1e-13
+    assert int(res.worker_stats["discarded"].sum()) > 0  # stragglers' results were dropped
+
+
+def test_sync_replicas_without_backups_is_minibatch_sgd():
+    prob = sim.problems.random_quadratic(4, 3, seed=4)
+    timing = schedules.RandomTiming(np.array([1.0, 1.5, 2.0, 3.0]), noise="exponential", seed=2)
+    sync = schedules.backup_workers(timing, num_rounds=15, backups=0, cancel_on_close=False)
+    res = sim.run(algos.rennala_sgd(stepsize=0.3, batch=4), prob, sync, key=jax.random.key(0))
+    ref = sim.run(algos.minibatch_sgd(stepsize=0.3), prob, schedules.barrier(timing, num_rounds=15), key=jax.random.key(0))
+    assert rel_err(res.params, ref.params) < 1e-13
+    assert sync.end_time == pytest.approx(schedules.barrier(timing, num_rounds=15).end_time, rel=1e-15)

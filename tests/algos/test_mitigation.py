@@ -198,10 +198,11 @@ def test_wbsp_with_one_worker_is_sgd_and_refuses_bad_input():
                 schedules.fixed_computation([1.0, 1.0, 2.0], num_events=5), key=jax.random.key(0))
 
 
-def _loop_gsp(A, b, sched, *, lr, group, P):
+def _loop_gsp(A, b, sched, *, lr, group, P, topology="peer"):
     n, dim = b.shape
     G = group.max() + 1
     X = np.zeros((G, dim))
+    glob = np.zeros(dim)
     pending = np.zeros((G, dim))
     pushes = np.zeros(G, int)
     points = np.zeros((n, dim))
@@ -213,16 +214,21 @@ def _loop_gsp(A, b, sched, *, lr, group, P):
             pending[k] += g
             pushes[k] += 1
             if pushes[k] % P == 0:
-                for h in range(G):
-                    if h != k:
-                        X[h] -= lr / n * pending[k]
+                if topology == "peer":
+                    for h in range(G):
+                        if h != k:
+                            X[h] -= lr / n * pending[k]
+                else:  # the global server applies the sum; the group takes its model back
+                    glob = glob - lr / n * pending[k]
+                    X[k] = glob
                 pending[k] = 0.0
                 pushes[k] = 0
         points[i] = X[k]
-    return X
+    return X, glob
 
 
-def test_gsp_on_stale_synchronous_groups_equals_a_plain_loop():
+@pytest.mark.parametrize("topology", ["peer", "global_ps"])
+def test_gsp_on_stale_synchronous_groups_equals_a_plain_loop(topology):
     prob = sim.problems.random_quadratic(6, 3, seed=11)
     A, b = prob.curvature
     taus = np.array([1.0, 1.2, 3.0, 3.5, 8.0, 9.0])
@@ -232,10 +238,11 @@ def test_gsp_on_stale_synchronous_groups_equals_a_plain_loop():
         schedules.stale_synchronous(schedules.RandomTiming(taus, seed=4), num_jobs=150, groups=group, bound=1),
         probability=0.1, seed=6)
     assert sched.pull_only.sum() > 5  # some workers did wait for their group
-    res = sim.run(algos.gsp(stepsize=0.3, groups=group, forward_every=2), prob, sched, key=jax.random.key(0))
-    X = _loop_gsp(A, b, sched, lr=0.3, group=group, P=2)
+    res = sim.run(algos.gsp(stepsize=0.3, groups=group, forward_every=2, topology=topology), prob, sched,
+                  key=jax.random.key(0))
+    X, glob = _loop_gsp(A, b, sched, lr=0.3, group=group, P=2, topology=topology)
     assert rel_err(res.state.models, X) < 1e-12
-    assert rel_err(res.params, X.mean(axis=0)) < 1e-12
+    assert rel_err(res.params, X.mean(axis=0) if topology == "peer" else glob) < 1e-12
 
 
 def test_gsp_with_one_group_or_immediate_forwarding_is_asgd():
@@ -246,5 +253,13 @@ def test_gsp_with_one_group_or_immediate_forwarding_is_asgd():
     fwd = sim.run(algos.gsp(stepsize=0.1, groups=[0, 0, 1, 1], forward_every=1), prob, sched, key=jax.random.key(0))
     assert rel_err(one.params, ref.params) < 1e-13
     assert rel_err(fwd.params, ref.params) < 1e-13
+    glob_fwd = sim.run(algos.gsp(stepsize=0.1, groups=[0, 0, 1, 1], forward_every=1, topology="global_ps"), prob, sched,
+                       key=jax.random.key(0))
+    glob_one = sim.run(algos.gsp(stepsize=0.1, groups=[0, 0, 0, 0], forward_every=3, topology="global_ps"), prob, sched,
+                       key=jax.random.key(0))
+    assert rel_err(glob_fwd.params, ref.params) < 1e-13
+    assert rel_err(glob_one.state.models[0], ref.params) < 1e-13  # the global model lags by < 3 pushes
+    with pytest.raises(ValueError, match="topology must be one of"):
+        algos.gsp(stepsize=0.1, groups=[0, 1], topology="ring")
     with pytest.raises(ValueError, match="group indices must be 0..G−1, each used"):
         algos.gsp(stepsize=0.1, groups=[0, 2])

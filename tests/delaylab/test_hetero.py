@@ -26,6 +26,10 @@ def test_until_gives_the_shortest_schedule_that_reaches_the_horizon():
     assert s.end_time >= 10.0 and s.finish[-2] < 10.0
     b = hetero._until(lambda c: schedules.barrier(timing, num_rounds=c), 10.0, 1)
     assert int(b.round.max()) + 1 == 4  # rounds end at 3, 6, 9, 12
+    # SSP counts reports, not its release events: the last report is the first at or past 10
+    ssp = hetero._until(lambda c: schedules.stale_synchronous(timing, num_jobs=c, groups=[0, 0], bound=1), 10.0, 2)
+    reports = ssp.finish[~ssp.pull_only]
+    assert reports[-1] >= 10.0 and reports[-2] < 10.0 and ssp.pull_only.any()
     assert hetero._time_to(np.array([0.0, 1.0, 2.0]), np.array([0.1, 0.5, 0.9]), 0.5) == 1.0
     assert hetero._time_to(np.array([0.0, 1.0]), np.array([0.1, 0.2]), 0.5) == np.inf
 

@@ -263,12 +263,18 @@ def test_worker_timing_by_hand():
     np.testing.assert_array_equal(r["staleness_hist"], [[3, 0, 0, 0], [0, 0, 0, 1]])
     np.testing.assert_allclose(r["compute_mean"], [1.0, 3.0])
     np.testing.assert_allclose(r["idle_fraction"], [0.0, 0.0])
+    np.testing.assert_allclose(r["queue_delay_mean"], [0.0, 0.0])  # applied on arrival
     # backup workers: 3 workers, τ = (1, 2, 4), one backup: rounds close at 2; worker 2 never accepted
     b = schedules.backup_workers(schedules.FixedTiming(np.array([1.0, 2.0, 4.0])), num_rounds=3, backups=1)
     r = T.worker_timing(b)
     np.testing.assert_allclose(r["acceptance"], [1.0, 1.0, 0.0])
     np.testing.assert_allclose(r["idle_fraction"], [0.5, 0.0, 0.0])  # worker 0 waits 1 of every 2
     np.testing.assert_allclose(r["updates_per_time"], [0.5, 0.5, 0.0])
+    np.testing.assert_allclose(r["queue_delay_mean"], [1.0, 0.0, np.nan])  # worker 0's waits for the close at 2
+    # time-bounded rounds (poll 2; traced in tests/algos/test_fedstrag.py): a result waits for the next check
+    f = schedules.time_bounded_rounds(schedules.FixedTiming(np.array([1.0, 3.0, 10.0])), num_rounds=6, poll=2.0)
+    r = T.worker_timing(f)
+    np.testing.assert_allclose(r["queue_delay_mean"], [1.0, 0.5, 0.0])  # worker 1: 1, 0, 1, 0
 
 
 def test_worker_timing_leaves_out_the_releases_of_a_staleness_bound():
