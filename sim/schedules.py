@@ -734,38 +734,52 @@ def backup_workers(timing: Timing, *, num_rounds: int, backups: int, cancel_on_c
                    description or f"barrier with {b} backup worker(s) of {n}, {type(timing).__name__}, {num_rounds} rounds")
 
 
+class _Jobs:
+    """Jobs in flight for the event-by-event builders: ``launch(i, t, label)`` starts worker i's
+    next job (the next column of ``dur``) at t; ``pop()`` gives the next to finish, (finish, i),
+    ties to the lower worker index. False from ``launch``: ``dur`` has too few jobs."""
+
+    def __init__(self, timing, dur: np.ndarray):
+        import heapq
+
+        self._heapq, self._timing, self._dur = heapq, timing, dur
+        n = dur.shape[0]
+        self.started = np.zeros(n, np.int64)  # jobs started (the column of ``dur`` used next)
+        self.began = np.zeros(n)
+        self.label = np.zeros(n, np.int64)  # the round or tag of the job in flight
+        self.heap: list = []
+
+    def launch(self, i: int, t: float, label: int) -> bool:
+        if self.started[i] >= self._dur.shape[1]:
+            return False
+        self._heapq.heappush(self.heap, (_finish_time(self._timing, i, t, self._dur[i, self.started[i]]), i))
+        self.started[i] += 1
+        self.began[i], self.label[i] = t, label
+        return True
+
+    def pop(self) -> tuple:
+        return self._heapq.heappop(self.heap)
+
+
 def _sync_replicas(timing, num_rounds: int, keep: int, description: str) -> Schedule:
     """:func:`backup_workers` with ``cancel_on_close=False``."""
-    import heapq
-
     n = timing.num_workers
     jobs = 2 * num_rounds + 8
     while True:
         dur = timing.durations(jobs)
         if not np.all(np.isfinite(dur)):
             raise ValueError("the timing model ran out of recorded jobs")
-        started = np.zeros(n, np.int64)
-        began = np.zeros(n)
-        job_round = np.zeros(n, np.int64)
-        heap: list = []
+        J = _Jobs(timing, dur)
         ev_w, ev_s, ev_f, ev_p = [], [], [], []
         ok = True
-
-        def launch(i, t, r):
-            if started[i] >= dur.shape[1]:
-                return False
-            heapq.heappush(heap, (_finish_time(timing, i, t, dur[i, started[i]]), i))
-            started[i] += 1
-            began[i], job_round[i] = t, r
-            return True
-
+        launch = J.launch
         for i in range(n):
             launch(i, 0.0, 0)
         r, accepted, waiting = 0, 0, {}
         while r < num_rounds and ok:
-            f, i = heapq.heappop(heap)
-            ev_w.append(i), ev_s.append(began[i]), ev_f.append(f), ev_p.append(False)
-            if job_round[i] == r:  # accepted
+            f, i = J.pop()
+            ev_w.append(i), ev_s.append(J.began[i]), ev_f.append(f), ev_p.append(False)
+            if J.label[i] == r:  # accepted
                 accepted += 1
                 if accepted < keep:
                     waiting[i] = f
@@ -977,23 +991,11 @@ def time_bounded_rounds(timing: Timing, *, num_rounds: int, poll: float = 4.0, m
 
 def _time_bounded_events(timing, dur, num_rounds, poll, min_results):
     """The event lists of :func:`time_bounded_rounds`, or None if ``dur`` has too few jobs."""
-    import heapq
-
     n = dur.shape[0]
-    started = np.zeros(n, np.int64)  # jobs started (the column of ``dur`` used next)
-    began = np.zeros(n)
-    job_tag = np.zeros(n, np.int64)  # tag of the job in flight
-    heap: list = []  # (finish, worker)
+    J = _Jobs(timing, dur)
+    launch, heap, began, job_tag = J.launch, J.heap, J.began, J.label  # job_tag: the job in flight's
     waiting: dict = {}  # clients idle until the next broadcast: worker -> since when
     ev = {k: [] for k in ("w", "s", "f", "tag", "win", "pull")}
-
-    def launch(i, t, tag):
-        if started[i] >= dur.shape[1]:
-            return False
-        heapq.heappush(heap, (_finish_time(timing, i, t, dur[i, started[i]]), i))
-        started[i] += 1
-        began[i], job_tag[i] = t, tag
-        return True
 
     def record(i, s, f, tag, window, pull):
         for k, v in zip(ev, (i, s, f, tag, window, pull)):
@@ -1013,7 +1015,7 @@ def _time_bounded_events(timing, dur, num_rounds, poll, min_results):
                 check = T + poll * max(1, math.ceil((last - T) / poll - 1e-12))
             if not heap or (check is not None and heap[0][0] > check):
                 break
-            f, i = heapq.heappop(heap)
+            f, i = J.pop()
             record(i, began[i], f, job_tag[i], k + 1, False)
             queued += 1
             if job_tag[i] + 1 <= k:  # its backlog holds the next broadcast already
