@@ -563,7 +563,8 @@ def plot_frontier(d: dict, path: str) -> None:
     tab = _frontier_table(d)
     names = list(dict.fromkeys(k[1] for k in d["results"]))
     fig, ax = plt.subplots(1, 2, figsize=(12, 4.4), dpi=110)
-    for nm, color in zip(names, ("k", "tab:purple", "tab:red", "tab:blue", "tab:green")):
+    palette = ("k", "tab:purple", "tab:red", "tab:blue", "tab:green", "tab:orange", "tab:brown", "tab:olive")
+    for nm, color in zip(names, palette[:len(names)] if len(names) <= len(palette) else plt.cm.tab20.colors):
         fin = np.array([tab[(h, nm)][1] for h in d["levels"]])
         tt = np.array([tab[(h, nm)][2] for h in d["levels"]])
         ax[0].plot(d["levels"], fin.mean(axis=1), marker="o", ms=3, color=color, label=nm)
