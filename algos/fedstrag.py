@@ -44,8 +44,7 @@ WEIGHTINGS = ("fedstrag", "equal")
 
 
 class FedStragState(NamedTuple):
-    params: Params  # model k, the latest broadcast
-    history: Params  # [history, ...]: broadcast t sits in row t mod history
+    history: Params  # [history, ...]: broadcast t sits in row t mod history; the model is row k
     round: jax.Array  # int32 k
     acc: Params  # Σ c_j w_j over the open round
     weight: jax.Array  # Σ c_j over the open round
@@ -61,10 +60,6 @@ def fedstrag_history(schedule) -> int:
     return int(max(1, np.max(k_after - schedule.tag)))
 
 
-def _work(hparams: HParams, point: Params, oracle, key) -> Params:
-    return local_sgd_end(hparams, point, oracle, key)
-
-
 def _make_apply(weighting: str, size: int):
     def apply(hparams: HParams, s: FedStragState, w: Params, event: Event):
         ok = event.delivered
@@ -76,10 +71,14 @@ def _make_apply(weighting: str, size: int):
         close = event.round_end
         use = close & (total > 0)  # a round whose results were all lost keeps the model
         safe = jnp.where(use, total, 1.0)
-        x = jax.tree.map(lambda a, old: jnp.where(use, a / safe.astype(a.dtype), old), acc, s.params)
         k = s.round + close.astype(s.round.dtype)
-        row = k % size
-        history = jax.tree.map(lambda h, new: h.at[row].set(jnp.where(close, new, h[row])), s.history, x)
+        row = k % size  # model k + 1's row if the round closes; else model k's, left as it is
+
+        def write(a, h):
+            x = jnp.where(use, a / safe.astype(a.dtype), h[s.round % size])
+            return h.at[row].set(jnp.where(close, x, h[row]))
+
+        history = jax.tree.map(write, acc, s.history)
         acc = jax.tree.map(lambda a: jnp.where(close, jnp.zeros_like(a), a), acc)
         total = jnp.where(close, jnp.zeros_like(total), total)
         # The worker's next job is on broadcast tag + 1 if it exists already; otherwise it waits,
@@ -87,7 +86,7 @@ def _make_apply(weighting: str, size: int):
         nxt = jnp.minimum(event.tag + 1, k) % size
         point = jax.tree.map(lambda h: h[nxt], history)
         stats = {"weight": c, "rounds_behind": jnp.where(ok, behind, 0.0)}
-        return FedStragState(x, history, k, acc, total), point, stats
+        return FedStragState(history, k, acc, total), point, stats
 
     apply.__name__ = f"fedstrag_apply_{weighting}"
     return apply
@@ -97,7 +96,7 @@ def _make_init(size: int):
     def init(hparams, params, n):
         history = jax.tree.map(lambda a: jnp.broadcast_to(a, (size,) + a.shape), params)
         zero = jnp.zeros((), jnp.result_type(*[a.dtype for a in jax.tree.leaves(params)]))
-        return FedStragState(params, history, jnp.zeros((), jnp.int32), jax.tree.map(jnp.zeros_like, params), zero)
+        return FedStragState(history, jnp.zeros((), jnp.int32), jax.tree.map(jnp.zeros_like, params), zero)
 
     return init
 
@@ -124,10 +123,11 @@ def fedstrag(*, local_stepsize: float, history: int, local_steps: int = 1, weigh
     size = _check_int("fedstrag", "history", history)
     hp = {"local_stepsize": local_stepsize, "local_steps": _check_int("fedstrag", "local_steps", local_steps)}
     _validate(hp, 0)
-    # One pair of functions per (weighting, history), so equal settings share a compilation.
+    # One set of functions per (weighting, history), so equal settings share a compilation.
     if (weighting, size) not in _CACHE:
-        _CACHE[weighting, size] = (_make_init(size), _make_apply(weighting, size))
-    init, apply = _CACHE[weighting, size]
+        _CACHE[weighting, size] = (_make_init(size), _make_apply(weighting, size),
+                                   lambda s: jax.tree.map(lambda h: h[s.round % size], s.history))
+    init, apply, params = _CACHE[weighting, size]
 
     def check_schedule(schedule) -> None:
         need = fedstrag_history(schedule)
@@ -135,5 +135,5 @@ def fedstrag(*, local_stepsize: float, history: int, local_steps: int = 1, weigh
             raise ValueError(f"fedstrag: this schedule has a client {need} broadcasts behind, but the server "
                              f"keeps {size}; pass history=algos.fedstrag_history(schedule) (= {need})")
 
-    return Algorithm(f"fedstrag_{weighting}", hp, init, _work, apply, lambda s: s.params, validate=_validate,
+    return Algorithm(f"fedstrag_{weighting}", hp, init, local_sgd_end, apply, params, validate=_validate,
                      check_schedule=check_schedule)

@@ -90,11 +90,16 @@ def _pool(x: np.ndarray, k: int) -> np.ndarray:
     return x[:, : h // k * k, : w // k * k].reshape(n, h // k, k, w // k, k).mean(axis=(2, 4))
 
 
+def _images(p: Preset):
+    """(dataset, training images and labels, test images and labels) of preset ``p``."""
+    ds = sim.data.load_mnist_format()
+    return (ds, _pool(ds.x_train[: p.train], p.pool), ds.y_train[: p.train],
+            _pool(ds.x_test[: p.test], p.pool), ds.y_test[: p.test])
+
+
 def setup(p: Preset):
     """(problem, probe inputs, probe labels, dataset name)."""
-    ds = sim.data.load_mnist_format()
-    xtr, ytr = _pool(ds.x_train[: p.train], p.pool), ds.y_train[: p.train]
-    xte, yte = _pool(ds.x_test[: p.test], p.pool), ds.y_test[: p.test]
+    ds, xtr, ytr, xte, yte = _images(p)
     prob = sim.models.mlp_classifier(xtr, ytr, num_workers=N, split="iid", hidden=p.hidden, batch_size=p.batch,
                                      seed=0, dtype=np.float32, test_images=xte, test_labels=yte)
     probe = ds.x_test[-p.probes:]  # disjoint from the test images above
@@ -136,9 +141,7 @@ RATIOS = (1, 2, 4, 8, 16)
 def setup_cnn(p: Preset):
     """(problem, module) of the CNN run of experiment 1: the same images, shards and probes as
     :func:`setup`, a :class:`sim.models.CNN` with ``p.cnn_channels`` and a ``p.cnn_hidden`` head."""
-    ds = sim.data.load_mnist_format()
-    xtr, ytr = _pool(ds.x_train[: p.train], p.pool), ds.y_train[: p.train]
-    xte, yte = _pool(ds.x_test[: p.test], p.pool), ds.y_test[: p.test]
+    _, xtr, ytr, xte, yte = _images(p)
     prob = sim.models.cnn_classifier(xtr, ytr, xte, yte, num_workers=N, split="iid", batch_size=p.batch,
                                      channels=p.cnn_channels, hidden=p.cnn_hidden, eval_size=p.test, seed=0,
                                      dtype=np.float32)

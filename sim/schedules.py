@@ -764,37 +764,37 @@ class _Jobs:
 def _sync_replicas(timing, num_rounds: int, keep: int, description: str) -> Schedule:
     """:func:`backup_workers` with ``cancel_on_close=False``."""
     n = timing.num_workers
-    jobs = 2 * num_rounds + 8
-    while True:
-        dur = timing.durations(jobs)
-        if not np.all(np.isfinite(dur)):
-            raise ValueError("the timing model ran out of recorded jobs")
-        J = _Jobs(timing, dur)
-        ev_w, ev_s, ev_f, ev_p = [], [], [], []
-        ok = True
-        launch = J.launch
-        for i in range(n):
-            launch(i, 0.0, 0)
-        r, accepted, waiting = 0, 0, {}
-        while r < num_rounds and ok:
-            f, i = J.pop()
-            ev_w.append(i), ev_s.append(J.began[i]), ev_f.append(f), ev_p.append(False)
-            if J.label[i] == r:  # accepted
-                accepted += 1
-                if accepted < keep:
-                    waiting[i] = f
-                    continue
-                r, accepted = r + 1, 0
-                if r == num_rounds:
-                    break
-                for j in sorted(waiting):  # the tokens of the close, in worker order
-                    ev_w.append(j), ev_s.append(waiting[j]), ev_f.append(f), ev_p.append(True)
-                    ok &= launch(j, f, r)
-                waiting = {}
-            ok &= launch(i, f, r)  # the closer, or a dropped straggler: at once, on the current model
-        if ok:
-            break
-        jobs *= 2
+    # Every job but the last in flight spans a close (an accepted one waits for it, a dropped one
+    # crossed one), and nothing starts after the last close: num_rounds jobs per worker suffice.
+    dur = timing.durations(num_rounds)
+    if not np.all(np.isfinite(dur)):
+        raise ValueError(f"num_rounds={num_rounds} exceeds the jobs the trace records for every worker")
+    J = _Jobs(timing, dur)
+
+    def launch(i, t, r):
+        if not J.launch(i, t, r):
+            raise AssertionError("backup_workers: a worker started more jobs than rounds")
+
+    ev_w, ev_s, ev_f, ev_p = [], [], [], []
+    for i in range(n):
+        launch(i, 0.0, 0)
+    r, accepted, waiting = 0, 0, {}
+    while r < num_rounds:
+        f, i = J.pop()
+        ev_w.append(i), ev_s.append(J.began[i]), ev_f.append(f), ev_p.append(False)
+        if J.label[i] == r:  # accepted
+            accepted += 1
+            if accepted < keep:
+                waiting[i] = f
+                continue
+            r, accepted = r + 1, 0
+            if r == num_rounds:
+                break
+            for j in sorted(waiting):  # the tokens of the close, in worker order
+                ev_w.append(j), ev_s.append(waiting[j]), ev_f.append(f), ev_p.append(True)
+                launch(j, f, r)
+            waiting = {}
+        launch(i, f, r)  # the closer, or a dropped straggler: at once, on the current model
     worker = np.asarray(ev_w, np.int32)
     pull = np.asarray(ev_p, bool)
     return Schedule(
@@ -894,31 +894,22 @@ def stale_synchronous(timing: Timing, *, num_jobs: int, groups, bound: int | Non
 
 def _ssp_events(timing, dur, group, members, bound, num_jobs):
     """The event lists of :func:`stale_synchronous`, or None if ``dur`` has too few jobs."""
-    import heapq
-
     n = dur.shape[0]
     count = np.zeros(n, np.int64)  # completed iterations
-    started = np.zeros(n, np.int64)  # jobs started (the column of ``dur`` used next)
-    began = np.zeros(n)
+    J = _Jobs(timing, dur)
+    began = J.began
     waiting_since = np.full(n, np.nan)
-    heap: list = []
     ev_w, ev_s, ev_f, ev_c, ev_p = [], [], [], [], []
 
     def launch(i, t):
-        if started[i] >= dur.shape[1]:
-            return False
-        f = _finish_time(timing, i, t, dur[i, started[i]])
-        started[i] += 1
-        began[i] = t
-        heapq.heappush(heap, (f, i))
-        return True
+        return J.launch(i, t, 0)
 
     for i in range(n):
         if not launch(i, 0.0):
             return None
     reports = 0
     while reports < num_jobs:
-        t, i = heapq.heappop(heap)
+        t, i = J.pop()
         count[i] += 1
         reports += 1
         ev_w.append(i), ev_s.append(began[i]), ev_f.append(t), ev_c.append(t), ev_p.append(False)
@@ -968,15 +959,11 @@ def time_bounded_rounds(timing: Timing, *, num_rounds: int, poll: float = 4.0, m
         raise ValueError(f"poll must be a finite number of seconds > 0; got {poll!r}")
     if isinstance(min_results, bool) or int(min_results) != min_results or not (1 <= min_results <= n):
         raise ValueError(f"min_results must be an integer in [1, {n}] (the number of clients); got {min_results!r}")
-    jobs = 2 * int(num_rounds) + 8
-    while True:
-        dur = timing.durations(jobs)
-        if not np.all(np.isfinite(dur)):
-            raise ValueError("the timing model ran out of recorded jobs")
-        out = _time_bounded_events(timing, dur, num_rounds, poll, int(min_results))
-        if out is not None:
-            break
-        jobs *= 2
+    # A client's jobs are on broadcasts 0, 1, ..., each below num_rounds: that many jobs suffice.
+    dur = timing.durations(num_rounds)
+    if not np.all(np.isfinite(dur)):
+        raise ValueError(f"num_rounds={num_rounds} exceeds the jobs the trace records for every worker")
+    out = _time_bounded_events(timing, dur, num_rounds, poll, int(min_results))
     worker, start, finish, tag, window, pull, closes = (np.asarray(a) for a in out)
     return Schedule(
         worker=worker.astype(np.int32), start=start, finish=finish,
@@ -990,10 +977,14 @@ def time_bounded_rounds(timing: Timing, *, num_rounds: int, poll: float = 4.0, m
 
 
 def _time_bounded_events(timing, dur, num_rounds, poll, min_results):
-    """The event lists of :func:`time_bounded_rounds`, or None if ``dur`` has too few jobs."""
+    """The event lists of :func:`time_bounded_rounds`."""
     n = dur.shape[0]
     J = _Jobs(timing, dur)
-    launch, heap, began, job_tag = J.launch, J.heap, J.began, J.label  # job_tag: the job in flight's
+    heap, began, job_tag = J.heap, J.began, J.label  # job_tag: the job in flight's
+
+    def launch(i, t, tag):
+        if not J.launch(i, t, tag):
+            raise AssertionError("time_bounded_rounds: a client started more jobs than rounds")
     waiting: dict = {}  # clients idle until the next broadcast: worker -> since when
     ev = {k: [] for k in ("w", "s", "f", "tag", "win", "pull")}
 
@@ -1002,8 +993,7 @@ def _time_bounded_events(timing, dur, num_rounds, poll, min_results):
             ev[k].append(v)
 
     for i in range(n):
-        if not launch(i, 0.0, 0):
-            return None
+        launch(i, 0.0, 0)
     k, T = 0, 0.0  # the latest broadcast and its time
     closes = []  # when each round closed
     while k < num_rounds:
@@ -1019,8 +1009,7 @@ def _time_bounded_events(timing, dur, num_rounds, poll, min_results):
             record(i, began[i], f, job_tag[i], k + 1, False)
             queued += 1
             if job_tag[i] + 1 <= k:  # its backlog holds the next broadcast already
-                if not launch(i, f, job_tag[i] + 1):
-                    return None
+                launch(i, f, job_tag[i] + 1)
             else:
                 waiting[i] = f
         if check is None:  # every client is busy or waits with a result queued, so m <= n are queued
@@ -1031,8 +1020,7 @@ def _time_bounded_events(timing, dur, num_rounds, poll, min_results):
             break
         for i in sorted(waiting):  # releases, in worker order
             record(i, waiting[i], T, job_tag[i], k + 1, True)
-            if not launch(i, T, k):
-                return None
+            launch(i, T, k)
         waiting = {}
     return ev["w"], ev["s"], ev["f"], ev["tag"], ev["win"], ev["pull"], closes
 
