@@ -1,7 +1,7 @@
 """What telemetry costs: run time with and without it, in one process.
 
-    python -m benchmarks.telemetry            # three workloads, best of 5 alternated calls each
-    python -m benchmarks.telemetry --quick    # one workload
+    python -m benchmarks.telemetry                          # three workloads, 5 alternated pairs each
+    python -m benchmarks.telemetry --only asgd --repeats 9  # one workload, more pairs
 
 Workloads: an MLP (pixels→128→10) on the MNIST-format data ``sim.data.load_mnist_format`` finds
 (Fashion-MNIST from Debian's package; scikit-learn's digits if none), n = 8 workers (τ_i spread
@@ -13,7 +13,9 @@ over [1, 4]), the first 8000 training images, batch 32, float32, with the defaul
 Telemetry: :class:`sim.telemetry.Representations` on a fixed probe batch of 128 test images with
 labels (linear CKA against the server model, the specialisation index, minibatch CKA over 4
 batches, per-layer probe gradients) plus :class:`WorkerSpread`. Compilation is excluded (one
-warm-up call first); each time is the best of 5 calls, the two variants alternated. The overhead is t_with / t_without − 1.
+warm-up call first). Each workload runs ``--repeats`` pairs of calls (without, with), alternated;
+two overheads are printed: best/best (the best time of each variant) and the median over the pairs
+of t_with / t_without − 1, with its range, which shows how noisy the machine was.
 """
 
 from __future__ import annotations
@@ -45,23 +47,25 @@ def _both(a, b):
     return tel
 
 
-def _best_pair(without, with_) -> tuple[float, float]:
-    """Best times of two calls, alternated (without, with, without, ...) so that a slow spell of
-    the machine hits both alike."""
-    without()  # compile both first
+def _paired_times(without, with_, repeats: int) -> np.ndarray:
+    """Times of ``repeats`` pairs of calls, ``[repeats, 2]`` (without, with), alternated within
+    each pair so that a slow spell of the machine hits both alike. Both are compiled first."""
+    without()
     with_()
-    best = [np.inf, np.inf]
-    for _ in range(REPEATS):
+    times = np.empty((repeats, 2))
+    for r in range(repeats):
         for k, fn in enumerate((without, with_)):
             t0 = time.perf_counter()
             fn()
-            best[k] = min(best[k], time.perf_counter() - t0)
-    return best[0], best[1]
+            times[r, k] = time.perf_counter() - t0
+    return times
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="the hierarchical workload only")
+    ap.add_argument("--only", choices=("hierarchical", "asgd", "asgd-spread"), help="one workload")
+    ap.add_argument("--repeats", type=int, default=REPEATS, help="pairs of calls per workload")
     args = ap.parse_args(argv)
     ds = sim.data.load_mnist_format()
     prob = sim.models.mlp_classifier(ds.x_train[:TRAIN], ds.y_train[:TRAIN], num_workers=N, split="iid", hidden=128,
@@ -79,18 +83,22 @@ def main(argv=None) -> None:
         "asgd": (algos.asgd(stepsize=0.05), schedules.asynchronous(timing, num_events=EVENTS), full),
         "asgd-spread": (algos.asgd(stepsize=0.05), schedules.asynchronous(timing, num_events=EVENTS), T.WorkerSpread()),
     }
-    if args.quick:
-        work = {"hierarchical": work["hierarchical"]}
+    if args.quick or args.only:
+        work = {args.only or "hierarchical": work[args.only or "hierarchical"]}
     print(f"# {platform.processor() or platform.machine()}, jax {jax.__version__}, {jax.devices()[0].platform}; "
           f"{ds.name}, n = {N}, {EVENTS} events, 100 log points, {PROBES} probes")
-    print("| workload | without (s) | with (s) | overhead |")
-    print("|---|---|---|---|")
+    print(f"# best of {args.repeats} alternated pairs; the median is over the per-pair ratios with/without")
+    print("| workload | without, best (s) | with, best (s) | overhead, best/best | overhead, median of pairs (min … max) |")
+    print("|---|---|---|---|---|")
     for name, (alg, sched, tel) in work.items():
         key = jax.random.key(0)
-        base, withtel = _best_pair(lambda: jax.block_until_ready(sim.run(alg, prob, sched, key=key).params),
-                                   lambda: jax.block_until_ready(sim.run(alg, prob, sched, key=key, telemetry=tel).params))
-        print(f"| {name} | {base:.2f} | {withtel:.2f} | {100 * (withtel / base - 1):+.1f} % |", flush=True)
-
+        t = _paired_times(lambda: jax.block_until_ready(sim.run(alg, prob, sched, key=key).params),
+                          lambda: jax.block_until_ready(sim.run(alg, prob, sched, key=key, telemetry=tel).params),
+                          args.repeats)
+        base, withtel = t.min(axis=0)
+        ratio = 100 * (t[:, 1] / t[:, 0] - 1)
+        print(f"| {name} | {base:.2f} | {withtel:.2f} | {100 * (withtel / base - 1):+.1f} % | "
+              f"{np.median(ratio):+.1f} % ({ratio.min():+.1f} … {ratio.max():+.1f} %) |", flush=True)
 
 if __name__ == "__main__":
     main()
