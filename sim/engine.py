@@ -20,6 +20,7 @@ result reports the event and worker, and the metrics end at the last log point b
 from __future__ import annotations
 
 import dataclasses
+import os
 import warnings
 from typing import Any, Optional
 
@@ -27,7 +28,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax.sharding import PartitionSpec
+
 from algos.base import Algorithm, Event
+from sim import parallel
 from sim.blocks import BlockPlan, plan_blocks
 from sim.problems import Problem, ProblemFns
 from sim.schedules import Schedule
@@ -128,9 +132,20 @@ def _all_finite(tree) -> jax.Array:
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
 
 
-def _simulate(static: _Static, hparams, data, x0, key, ev, plan_events, targets):
-    """One run. ``ev`` holds per-event arrays; ``plan_events`` is a pair of [chunks, blocks, slots]
-    arrays: the leading chunks that hold no padding, then the rest (see :func:`_split_plan`)."""
+@dataclasses.dataclass(frozen=True)
+class _Machine:
+    """One run's pieces, built while tracing: the carry before the first event, the initial
+    metrics, and ``chunks(carry, plan, padded)``, which advances the carry over the chunks of a
+    plan (a scan over chunks, each a scan over blocks, then the metrics). A whole run is
+    ``chunks`` over every part of the plan; a run in segments calls it once per segment."""
+
+    carry0: Any
+    first: Any  # () -> the metrics before any event
+    chunks: Any
+
+
+def _machine(static: _Static, hparams, data, x0, key, ev, targets) -> _Machine:
+    """``ev`` holds per-event arrays; ``targets`` the named points whose distance is logged."""
     init, work, apply, params_of, apply_round, point_init = static.alg_fns
     fns = static.prob_fns
     n = static.num_workers
@@ -265,43 +280,264 @@ def _simulate(static: _Static, hparams, data, x0, key, ev, plan_events, targets)
 
         return jax.lax.scan(chunk, carry, plan)
 
+    return _Machine(carry0=carry0, first=lambda: measure(state0, points0), chunks=chunks)
+
+
+def _plan_parts(plan_events) -> list:
+    """[(plan, padded)] in order: the chunks without padding slots, then the rest."""
     clean, ragged = plan_events
-    parts = []
-    carry = carry0
-    for plan, padded in [(p, False) for p in clean] + [(ragged, True)]:
-        if plan.shape[0]:
-            carry, m = chunks(carry, plan, padded)
-            parts.append(m)
-    metrics = jax.tree.map(lambda *a: jnp.concatenate(a), *parts) if len(parts) > 1 else parts[0]
-    first = measure(state0, points0)
-    metrics = {k: jnp.concatenate([first[k][None], v]) for k, v in metrics.items()}
+    return [(p, False) for p in clean if p.shape[0]] + ([(ragged, True)] if ragged.shape[0] else [])
+
+
+def _finish(carry, metrics) -> dict:
     state, _, tail, tail_w, sums, bad, last_good = carry
-    # NaN when no event was committed inside the window (a run that diverged before it).
-    tail_avg = jax.tree.map(lambda t: jnp.where(tail_w > 0, t / jnp.where(tail_w > 0, tail_w, 1).astype(t.dtype),
-                                                jnp.nan), tail)
-    return {"state": state, "params": last_good, "metrics": metrics, "tail": tail_avg,
+    return {"state": state, "params": last_good, "metrics": metrics, "tail_sum": tail, "tail_weight": tail_w,
             "stats": sums, "bad": bad}
+
+
+def _tail_average(out: dict) -> dict:
+    """On the host: the tail sums over their weight, NaN where no event was committed inside the
+    window (a run that diverged before it). Divided here, not in the compiled program, because
+    XLA's vectorised division on CPU is not correctly rounded, and its result depended on how many
+    runs a device held; NumPy's is, whatever the batching."""
+    out = dict(out)
+    w = np.asarray(out.pop("tail_weight"))
+
+    def average(t):
+        t = np.asarray(t)
+        ww = w.reshape(w.shape + (1,) * (t.ndim - w.ndim))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(ww > 0, t / np.where(ww > 0, ww, 1).astype(t.dtype), np.nan).astype(t.dtype)
+
+    out["tail"] = jax.tree.map(average, out.pop("tail_sum"))
+    return out
+
+
+def _join(first, parts):
+    """The initial metrics, then each part's, along the log-point axis."""
+    return jax.tree.map(lambda f, *a: jnp.concatenate([f[None], *a]), first, *parts)
+
+
+def _simulate(static: _Static, hparams, data, x0, key, ev, plan_events, targets):
+    """One run in one call. ``plan_events`` is a pair of [chunks, blocks, slots] arrays: the
+    leading chunks that hold no padding, then the rest (see :func:`_split_plan`)."""
+    m = _machine(static, hparams, data, x0, key, ev, targets)
+    carry, parts = m.carry0, []
+    for plan, padded in _plan_parts(plan_events):
+        carry, metrics = m.chunks(carry, plan, padded)
+        parts.append(metrics)
+    return _finish(carry, _join(m.first(), parts))
 
 
 _simulate_jit = jax.jit(_simulate, static_argnums=0)
 
 
-def _sweep_impl(static, hparams, data, x0, keys, ev, plan_events, targets):
-    one = lambda h, k: _simulate(static, h, data, x0, k, ev, plan_events, targets)
-    if static.runs == "map":
-        # Runs one after another inside the one compiled call (for convolutions on CPU, batching
-        # runs whose kernels differ is slower than a loop; benchmarks/RESULTS.md).
-        H = jax.tree.leaves(hparams)[0].shape[0]
-        S = keys.shape[0]
-        flat_h = jax.tree.map(lambda v: jnp.repeat(v, S, axis=0), hparams)
-        flat_k = jnp.concatenate([keys] * H)
-        out = jax.lax.map(lambda hk: one(*hk), (flat_h, flat_k))
-        return jax.tree.map(lambda v: v.reshape((H, S) + v.shape[1:]), out)
-    over_seeds = jax.vmap(one, in_axes=(None, 0))
-    return jax.vmap(over_seeds, in_axes=(0, None))(hparams, keys)
+def _over_runs(static: _Static, mesh, run_batch: int, fn):
+    """``fn(hparams, key, carry, shared)`` for one run → the same over a flat runs axis laid over
+    ``mesh`` (:mod:`sim.parallel`). Each device takes its runs in groups of ``run_batch``, one group
+    after another (``lax.map``); a group's runs are batched with ``vmap``, or for ``runs="map"``
+    computed one after another too (for convolutions on CPU batching runs whose kernels differ is
+    slower than a loop; benchmarks/RESULTS.md). ``shared`` is replicated.
+
+    Why groups: XLA picks kernels (matmul blockings, reduction orders) by the batch width, so the
+    same run batched 16-wide and 2-wide can differ in the last bits; with the width fixed, every
+    run's arithmetic is the same whatever the number of devices."""
+
+    def local(h, k, c, shared):
+        def group(args):
+            h, k, c = args
+            if static.runs == "map":
+                return jax.lax.map(lambda a: fn(*a, shared), (h, k, c))
+            return jax.vmap(fn, in_axes=(0, 0, 0, None))(h, k, c, shared)
+
+        groups = jax.tree.map(lambda v: v.reshape((-1, run_batch) + v.shape[1:]), (h, k, c))
+        out = jax.lax.map(group, groups)
+        return jax.tree.map(lambda v: v.reshape((-1,) + v.shape[2:]), out)
+
+    runs = PartitionSpec(parallel.AXIS)
+    return jax.shard_map(local, mesh=mesh, in_specs=(runs, runs, runs, PartitionSpec()), out_specs=runs,
+                         check_vma=False)
 
 
-_sweep_jit = jax.jit(_sweep_impl, static_argnums=0)
+def _wrap_key(key_data, key_impl):
+    return key_data if key_impl is None else jax.random.wrap_key_data(key_data, impl=key_impl)
+
+
+def _sweep_impl(static, mesh, run_batch, key_impl, hparams, data, x0, keys, ev, plan_events, targets):
+    """A sweep in one call: ``hparams`` and ``keys`` (raw key data) carry a flat runs axis."""
+
+    def one(h, k, _, shared):
+        data, x0, ev, plan_events, targets = shared
+        return _simulate(static, h, data, x0, _wrap_key(k, key_impl), ev, plan_events, targets)
+
+    return _over_runs(static, mesh, run_batch, one)(hparams, keys, None, (data, x0, ev, plan_events, targets))
+
+
+_sweep_jit = jax.jit(_sweep_impl, static_argnums=(0, 1, 2, 3))
+
+
+# --- runs in segments: one compiled program per segment shape, the carry kept on the device -----
+# A run in segments computes exactly what the one-call program computes, the same chunk body in
+# the same order; the host only sees the carry between segments (for checkpoints) and the metrics
+# (for progress). tests/sim/test_segments.py checks that the bits agree.
+
+
+def _start_impl(static, hparams, data, x0, key, ev, targets):
+    m = _machine(static, hparams, data, x0, key, ev, targets)
+    return m.carry0, m.first()
+
+
+def _advance_impl(static, padded, hparams, data, x0, key, ev, targets, carry, plan):
+    return _machine(static, hparams, data, x0, key, ev, targets).chunks(carry, plan, padded)
+
+
+_start_jit = jax.jit(_start_impl, static_argnums=0)
+_advance_jit = jax.jit(_advance_impl, static_argnums=(0, 1))
+_finish_jit = jax.jit(lambda carry: _finish(carry, None))
+
+
+def _sweep_start_impl(static, mesh, run_batch, key_impl, hparams, data, x0, keys, ev, targets):
+    def one(h, k, _, shared):
+        return _start_impl(static, h, shared[0], shared[1], _wrap_key(k, key_impl), shared[2], shared[3])
+
+    return _over_runs(static, mesh, run_batch, one)(hparams, keys, None, (data, x0, ev, targets))
+
+
+def _sweep_advance_impl(static, mesh, run_batch, key_impl, padded, hparams, data, x0, keys, ev, targets, carry, plan):
+    def one(h, k, c, shared):
+        data, x0, ev, targets, plan = shared
+        return _advance_impl(static, padded, h, data, x0, _wrap_key(k, key_impl), ev, targets, c, plan)
+
+    return _over_runs(static, mesh, run_batch, one)(hparams, keys, carry, (data, x0, ev, targets, plan))
+
+
+_sweep_start_jit = jax.jit(_sweep_start_impl, static_argnums=(0, 1, 2, 3))
+_sweep_advance_jit = jax.jit(_sweep_advance_impl, static_argnums=(0, 1, 2, 3, 4))
+_sweep_finish_jit = jax.jit(jax.vmap(lambda carry: _finish(carry, None)))
+
+
+@dataclasses.dataclass
+class _Programs:
+    """A run's or a sweep's compiled pieces, bound to its inputs: ``start() -> (carry, first)``,
+    ``advance(carry, plan, padded) -> (carry, metrics)``, ``finish(carry)``; ``to_host`` and
+    ``from_host`` move a carry (or metrics) between its device form and the NumPy form a
+    checkpoint holds (a sweep's padding runs dropped); ``log_axis`` is the metrics' log axis."""
+
+    start: Any
+    advance: Any
+    finish: Any
+    to_host: Any
+    from_host: Any
+    log_axis: int
+    runs: Optional[int] = None  # a sweep's number of runs (its host form's leading axis)
+
+    def host_like(self, tree):
+        """Abstract shapes of ``tree``'s host form."""
+        if self.runs is None:
+            return tree
+        return jax.tree.map(lambda v: jax.ShapeDtypeStruct((self.runs,) + tuple(v.shape[1:]), v.dtype), tree)
+
+
+def _run_programs(static, hp, problem, key, ev, tg) -> _Programs:
+    shared = (problem.data, problem.x0, key, ev, tg)
+    return _Programs(
+        start=lambda: _start_jit(static, hp, *shared),
+        advance=lambda c, plan, padded: _advance_jit(static, padded, hp, *shared, c, plan),
+        finish=_finish_jit, to_host=_to_numpy, from_host=lambda t: t, log_axis=0)
+
+
+def _sweep_programs(static, hp, problem, runs: "_SweepRuns", ev, tg) -> _Programs:
+    head = (static, runs.mesh, runs.run_batch, runs.key_impl)
+    data, x0 = parallel.replicate((problem.data, problem.x0), runs.mesh)
+    ev, tg = parallel.replicate((ev, tg), runs.mesh)
+    size = runs.padded
+
+    def to_host(tree):
+        return jax.tree.map(lambda v: v[: runs.R], parallel.to_host(tree))
+
+    def from_host(tree):
+        return parallel.split_runs(parallel.pad_runs(tree, size), runs.mesh)
+
+    return _Programs(
+        start=lambda: _sweep_start_jit(*head, runs.hparams, data, x0, runs.keys, ev, tg),
+        advance=lambda c, plan, padded: _sweep_advance_jit(*head, padded, runs.hparams, data, x0, runs.keys, ev, tg, c,
+                                                           parallel.replicate(plan, runs.mesh)),
+        finish=_sweep_finish_jit, to_host=to_host, from_host=from_host, log_axis=1, runs=runs.R)
+
+
+def _drive(programs: _Programs, plan: BlockPlan, schedule: Schedule, *, segment: int, progress, checkpoint,
+           checkpoint_every: float, fingerprint: dict) -> dict:
+    """Run the segments one after another: metrics to the host after each, progress reported,
+    a checkpoint written every ``checkpoint_every`` seconds and after the last segment; resume
+    from ``checkpoint`` if it exists. Returns what the one-call program returns, on the host."""
+    import time
+
+    from sim import checkpoint as ckpt
+    from sim.progress import Progress
+
+    segments = _segments(plan, segment)
+    axis = programs.log_axis
+    with jax.threefry_partitionable(True):
+        if checkpoint is not None and os.path.exists(checkpoint):
+            carry_like, first_like = programs.host_like(jax.eval_shape(programs.start))
+            saved = ckpt.load(checkpoint, fingerprint=fingerprint, carry_like=carry_like, first_like=first_like,
+                              log_axis=axis)
+            carry, first, parts, done = programs.from_host(saved.carry), saved.first, [saved.metrics], saved.done
+        else:
+            carry, first = programs.start()
+            first, parts, done = programs.to_host(first), [], 0
+        resumed, t0 = done, time.monotonic()
+        last_save = t0
+        events0 = int(plan.chunk_end[segments[done - 1][2]]) + 1 if done else 0
+        for i in range(done, len(segments)):
+            piece, padded, last_chunk = segments[i]
+            carry, metrics = programs.advance(carry, jnp.asarray(piece), padded)
+            parts.append(programs.to_host(metrics))
+            now = time.monotonic()
+            final = i + 1 == len(segments)
+            if checkpoint is not None and (final or now - last_save >= checkpoint_every):
+                ckpt.save(checkpoint, carry=programs.to_host(carry), first=first,
+                          metrics=jax.tree.map(lambda *a: np.concatenate(a, axis=axis), *parts), done=i + 1,
+                          fingerprint=fingerprint)
+                last_save = time.monotonic()
+            if progress is not None:
+                events = int(plan.chunk_end[last_chunk]) + 1
+                loss = np.asarray(parts[-1]["loss"], np.float64)
+                loss = np.take(loss, -1, axis=axis)
+                finite = loss[np.isfinite(loss)]
+                progress(Progress(segment=i + 1, segments=len(segments), events=events,
+                                  num_events=schedule.num_events, time=float(schedule.finish[events - 1]),
+                                  end_time=schedule.end_time, loss=float(np.median(finite)) if finite.size else np.nan,
+                                  elapsed=now - t0, events_per_second=(events - events0) / max(now - t0, 1e-9),
+                                  resumed_from=resumed))
+        out = _tail_average(programs.to_host(programs.finish(carry)))
+    metrics = jax.tree.map(lambda f, *a: np.concatenate([np.expand_dims(f, axis), *a], axis=axis), first, *parts)
+    return {**out, "metrics": metrics}
+
+
+def _fingerprint(alg, problem, schedule, static: _Static, hp, keys, plan: BlockPlan, segment: int, tg,
+                 run_batch=None) -> dict:
+    """What a checkpoint must match: hashes of every input the numbers depend on."""
+    from sim import checkpoint as ckpt
+
+    sched = {name: ckpt.digest(getattr(schedule, name)) for name in (
+        "worker", "start", "finish", "version", "delivered", "round", "job_key", "pull_only", "tag")
+        if getattr(schedule, name) is not None}
+    return {
+        "algorithm": alg.name,
+        "hyperparameters": {k: ckpt.digest(v) for k, v in hp.items()},
+        "keys": ckpt.digest(keys),
+        "x0": ckpt.tree_digest(problem.x0),
+        "problem_data": ckpt.tree_digest(problem.data),
+        "targets": {k: ckpt.digest(v) for k, v in tg.items()},
+        "schedule": sched,
+        "plan": {"chunks": int(plan.events.shape[0]), "block_size": int(plan.block_size),
+                 "chunk_end": ckpt.digest(plan.chunk_end), "segment": int(segment)},
+        "options": {"batching": static.batching, "runs": static.runs, "record_params": static.record_params,
+                    "by_round": static.by_round, "telemetry": type(static.telemetry).__name__,
+                    "run_batch": run_batch, "x64": bool(jax.config.jax_enable_x64),
+                    "platform": jax.default_backend()},
+    }
 
 
 # --- host-side preparation --------------------------------------------------------------------
@@ -467,8 +703,8 @@ def _prepare(alg, problem, schedule, *, hparams, log_every, block_size, targets,
     return static, hp, H, plan, ev, window, _targets(problem, targets, dtype)
 
 
-def _split_plan(plan: BlockPlan) -> tuple:
-    """The plan as (parts without padding slots, the part with), as device arrays.
+def _split_plan_np(plan: BlockPlan) -> tuple[list, np.ndarray]:
+    """The plan as (parts without padding slots, the part with), as NumPy arrays.
 
     Padding slots are skipped with a branch, and XLA copies a branch's operands, the whole
     server state, on every slot; so the engine branches only where the plan has padding. With
@@ -481,17 +717,60 @@ def _split_plan(plan: BlockPlan) -> tuple:
         last = rest[0][rest[0, :, 0] >= 0]
         clean.append(last[None])
         rest = rest[:0]
+    return clean, rest
+
+
+def _split_plan(plan: BlockPlan) -> tuple:
+    """:func:`_split_plan_np` as device arrays, the form the one-call programs take."""
+    clean, rest = _split_plan_np(plan)
     return tuple(jnp.asarray(p) for p in clean), jnp.asarray(rest)
+
+
+def _segments(plan: BlockPlan, size: int) -> list[tuple[np.ndarray, bool, int]]:
+    """The plan cut into segments of at most ``size`` chunks (never across a part boundary of
+    :func:`_split_plan_np`): per segment, (its chunks, whether they hold padding, the index of its
+    last chunk in the plan)."""
+    clean, rest = _split_plan_np(plan)
+    out, c0 = [], 0
+    for part, padded in [(p, False) for p in clean] + [(rest, True)]:
+        for a in range(0, part.shape[0], size):
+            piece = part[a : a + size]
+            out.append((piece, padded, c0 + a + piece.shape[0] - 1))
+        c0 += part.shape[0]
+    return out
 
 
 def _to_numpy(tree):
     return jax.tree.map(np.asarray, tree)
 
 
+def _segment_options(plan: BlockPlan, segment, progress, checkpoint, checkpoint_every):
+    """Checked (segment, progress callback); segment None means one call."""
+    chunks = int(plan.events.shape[0])
+    if segment is not None and (isinstance(segment, bool) or not isinstance(segment, (int, np.integer)) or segment < 1):
+        raise ValueError(f"segment must be a whole number of log points >= 1 (this run has {chunks}); got {segment!r}")
+    if checkpoint is not None and not isinstance(checkpoint, (str, os.PathLike)):
+        raise TypeError(f"checkpoint must be a file path; got {type(checkpoint).__name__}")
+    if not (float(checkpoint_every) >= 0):
+        raise ValueError(f"checkpoint_every must be >= 0 seconds; got {checkpoint_every!r}")
+    if progress is True:
+        from sim.progress import ProgressBar
+
+        progress = ProgressBar()
+    elif progress is False:
+        progress = None
+    elif progress is not None and not callable(progress):
+        raise TypeError(f"progress must be True, False, None or a function of sim.progress.Progress; got {progress!r}")
+    if segment is None and (progress is not None or checkpoint is not None):
+        segment = max(1, -(-chunks // 20))
+    return (None if segment is None else int(segment)), progress
+
+
 def run(alg: Algorithm, problem: Problem, schedule: Schedule, *, key, hparams: Optional[dict] = None,
         log_every: Optional[int] = None, block_size: int | str = "auto", targets: Optional[dict] = None,
         average_from: float = 0.5, record_params: bool = False, batching: str = "vmap",
-        telemetry=None) -> RunResult:
+        telemetry=None, segment: Optional[int] = None, progress=None, checkpoint: Optional[str] = None,
+        checkpoint_every: float = 60.0) -> RunResult:
     """Run ``alg`` on ``problem`` along ``schedule``.
 
     Args:
@@ -513,6 +792,16 @@ def run(alg: Algorithm, problem: Problem, schedule: Schedule, *, key, hparams: O
         last handed, stacked on a leading worker axis); logged as ``metrics["telemetry/<name>"]``.
         Give a hashable function (a module-level one or a frozen dataclass such as
         :class:`sim.telemetry.WorkerSpread`): it keys the compiled code.
+      segment: run in segments of this many log points (chunks), one compiled call each, the
+        state staying on the device between them; the numbers are the same, bit for bit, as in
+        one call. Default: one call, unless ``progress`` or ``checkpoint`` asks for segments
+        (then about 20 segments).
+      progress: ``True`` for a progress bar on stderr (:class:`sim.progress.ProgressBar`), or a
+        function called with a :class:`sim.progress.Progress` after every segment.
+      checkpoint: a file path (``.npz``). If it exists, the run resumes from it, after checking
+        that it was written for this very run (:mod:`sim.checkpoint`; otherwise
+        :class:`sim.checkpoint.CheckpointMismatch` says what differs); the run writes it every
+        ``checkpoint_every`` seconds (0: after every segment) and when it ends.
 
     Returns:
       a :class:`RunResult`.
@@ -523,9 +812,15 @@ def run(alg: Algorithm, problem: Problem, schedule: Schedule, *, key, hparams: O
         alg, problem, schedule, hparams=hparams, log_every=log_every, block_size=block_size,
         targets=targets, average_from=average_from, batched=False, record_params=record_params,
         batching=batching, telemetry=telemetry)
-    with jax.threefry_partitionable(True):
-        out = _simulate_jit(static, hp, problem.data, problem.x0, key, ev, _split_plan(plan), tg)
-    out = _to_numpy(out)
+    segment, progress = _segment_options(plan, segment, progress, checkpoint, checkpoint_every)
+    if segment is None:
+        with jax.threefry_partitionable(True):
+            out = _simulate_jit(static, hp, problem.data, problem.x0, key, ev, _split_plan(plan), tg)
+        out = _tail_average(_to_numpy(out))
+    else:
+        out = _drive(_run_programs(static, hp, problem, key, ev, tg), plan, schedule, segment=segment,
+                     progress=progress, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
+                     fingerprint=_fingerprint(alg, problem, schedule, static, hp, key, plan, segment, tg))
     metrics = {**_host_metrics(schedule, plan), **out["metrics"]}
     bad = int(out["bad"])
     divergence = None
@@ -540,10 +835,36 @@ def run(alg: Algorithm, problem: Problem, schedule: Schedule, *, key, hparams: O
         block_size=plan.block_size, mean_fill=plan.mean_fill, divergence=divergence)
 
 
+class _SweepRuns:
+    """A sweep's H × S runs as one flat axis (hyperparameter-major), padded to a multiple of
+    devices × ``run_batch`` and laid over the devices; ``unflatten`` drops the padding and
+    restores [H, S]."""
+
+    def __init__(self, hp: dict, keys, devices, run_batch: Optional[int]):
+        self.mesh = parallel.mesh(devices)
+        self.H = int(jax.tree.leaves(hp)[0].shape[0])
+        typed = jnp.issubdtype(keys.dtype, jax.dtypes.prng_key)
+        self.key_impl = str(jax.random.key_impl(keys)) if typed else None
+        data = np.asarray(jax.random.key_data(keys) if typed else keys)
+        self.S = data.shape[0]
+        self.R = self.H * self.S
+        D = self.mesh.size
+        self.run_batch = parallel.padded_size(self.R, D) // D if run_batch is None else run_batch
+        self.padded = size = parallel.padded_size(self.R, D * self.run_batch)
+        flat_h = {k: np.repeat(np.asarray(v), self.S, axis=0) for k, v in hp.items()}
+        flat_k = np.tile(data, (self.H,) + (1,) * (data.ndim - 1))
+        self.hparams, self.keys = parallel.split_runs(parallel.pad_runs((flat_h, flat_k), size), self.mesh)
+
+    def unflatten(self, tree):
+        return jax.tree.map(lambda v: v[: self.R].reshape((self.H, self.S) + v.shape[1:]), tree)
+
+
 def sweep(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys, hparams: Optional[dict] = None,
           log_every: Optional[int] = None, block_size: int | str = "auto", targets: Optional[dict] = None,
           average_from: float = 0.5, record_params: bool = False, batching: str = "vmap",
-          runs: str = "vmap", telemetry=None) -> RunResult:
+          runs: str = "vmap", telemetry=None, devices=None, run_batch: Optional[int] = None,
+          segment: Optional[int] = None, progress=None, checkpoint: Optional[str] = None,
+          checkpoint_every: float = 60.0) -> RunResult:
     """Many runs in one compiled call: a grid of hyperparameter values × seeds.
 
     Args:
@@ -552,6 +873,16 @@ def sweep(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys, hparams
         hyperparameter has a leading grid axis of size H (all swept ones the same H).
       runs: "vmap" (the runs batched) or "map" (one after another, inside the same compiled
         call; same numbers up to floating-point reassociation).
+      devices: the devices the runs are spread over (default: all of ``jax.devices()``, every
+        host's where ``jax.distributed`` is initialised); see :mod:`sim.parallel`. The H × S runs
+        are split evenly, the last one repeated to fill the last device (and dropped after).
+      run_batch: how many runs a device batches at once; it takes its runs in groups of this
+        many, one group after another. Default: all of its runs at once (fastest). XLA chooses
+        kernels by batch width, so results agree across device counts to floating-point rounding
+        by default, and bit for bit when ``run_batch`` is given (the same groups on any number
+        of devices of one kind).
+      segment, progress, checkpoint, checkpoint_every: as in :func:`run` (the progress reports
+        the median loss over the runs; a checkpoint holds every run's state).
       Other arguments as in :func:`run`.
 
     Returns:
@@ -568,9 +899,18 @@ def sweep(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys, hparams
         alg, problem, schedule, hparams=hparams, log_every=log_every, block_size=block_size,
         targets=targets, average_from=average_from, batched=True, record_params=record_params,
         batching=batching, num_keys=len(keys), runs=runs, telemetry=telemetry)
-    with jax.threefry_partitionable(True):
-        out = _sweep_jit(static, hp, problem.data, problem.x0, keys, ev, _split_plan(plan), tg)
-    out = _to_numpy(out)
+    runs = _SweepRuns(hp, keys, devices, run_batch)
+    segment, progress = _segment_options(plan, segment, progress, checkpoint, checkpoint_every)
+    if segment is None:
+        with jax.threefry_partitionable(True):
+            out = _sweep_jit(static, runs.mesh, runs.run_batch, runs.key_impl, runs.hparams, *parallel.replicate(
+                (problem.data, problem.x0), runs.mesh), runs.keys, *parallel.replicate((ev, _split_plan(plan), tg), runs.mesh))
+        out = _tail_average(parallel.to_host(out))
+    else:
+        fp = _fingerprint(alg, problem, schedule, static, hp, keys, plan, segment, tg, run_batch=runs.run_batch)
+        out = _drive(_sweep_programs(static, hp, problem, runs, ev, tg), plan, schedule, segment=segment,
+                     progress=progress, checkpoint=checkpoint, checkpoint_every=checkpoint_every, fingerprint=fp)
+    out = runs.unflatten(out)
     host = _host_metrics(schedule, plan)
     bad = out["bad"]
     metrics = dict(host)
@@ -599,6 +939,7 @@ def compiled_text(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys=
     :func:`run` and :func:`sweep`; nothing is executed.
     """
     batched = keys is not None
+    devices = kwargs.pop("devices", None)
     if batched and hparams is None:
         first = next(iter(alg.hparams))
         hparams = {first: np.asarray(alg.hparams[first])[None]}
@@ -606,7 +947,12 @@ def compiled_text(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys=
         alg, problem, schedule, hparams=hparams, batched=batched, num_keys=len(keys) if batched else 1,
         log_every=kwargs.pop("log_every", None), block_size=kwargs.pop("block_size", "auto"),
         targets=kwargs.pop("targets", None), average_from=kwargs.pop("average_from", 0.5), **kwargs)
-    fn, key = (_sweep_jit, keys) if batched else (_simulate_jit, jax.random.key(0))
     with jax.threefry_partitionable(True):
-        lowered = fn.lower(static, hp, problem.data, problem.x0, key, ev, _split_plan(plan), tg)
+        if batched:
+            runs = _SweepRuns(hp, keys, devices, kwargs.pop("run_batch", None))
+            lowered = _sweep_jit.lower(static, runs.mesh, runs.run_batch, runs.key_impl, runs.hparams, problem.data, problem.x0,
+                                       runs.keys, ev, _split_plan(plan), tg)
+        else:
+            lowered = _simulate_jit.lower(static, hp, problem.data, problem.x0, jax.random.key(0), ev,
+                                          _split_plan(plan), tg)
     return lowered.compile().as_text()

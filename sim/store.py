@@ -58,7 +58,7 @@ def environment() -> dict:
     }
 
 
-def _atomic_write(path: str, data: bytes) -> None:
+def atomic_write(path: str, data: bytes) -> None:
     folder = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
     try:
@@ -84,7 +84,7 @@ def _jsonable(obj):
 
 
 def write_json(path: str, obj) -> None:
-    _atomic_write(path, (json.dumps(_jsonable(obj), indent=2, allow_nan=True) + "\n").encode())
+    atomic_write(path, (json.dumps(_jsonable(obj), indent=2, allow_nan=True) + "\n").encode())
 
 
 def write_csv(path: str, rows: list[dict]) -> None:
@@ -93,7 +93,7 @@ def write_csv(path: str, rows: list[dict]) -> None:
         writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    _atomic_write(path, buf.getvalue().encode())
+    atomic_write(path, buf.getvalue().encode())
 
 
 def write_metrics(folder: str, metrics: Mapping[str, np.ndarray], *, name: str = "metrics") -> None:
@@ -101,7 +101,7 @@ def write_metrics(folder: str, metrics: Mapping[str, np.ndarray], *, name: str =
     arrays = {k: np.asarray(v) for k, v in metrics.items()}
     buf = io.BytesIO()
     np.savez(buf, **arrays)
-    _atomic_write(os.path.join(folder, f"{name}.npz"), buf.getvalue())
+    atomic_write(os.path.join(folder, f"{name}.npz"), buf.getvalue())
     series = {k: v for k, v in arrays.items() if v.ndim == 1}
     if series:
         length = max(v.shape[0] for v in series.values())
