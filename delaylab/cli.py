@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -16,6 +17,11 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--scenario", action="append", help="run only this scenario (repeatable); default: all")
     v.add_argument("--list", action="store_true", help="list the scenarios and exit")
     v.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    _run_parser(sub)
+    sh = sub.add_parser("show", help="summarise a run folder and redraw its figure")
+    sh.add_argument("folder", help="a folder `delaylab run` wrote")
+    sh.add_argument("--out", default=None, help="where to draw the figure (default: FOLDER/figure.png)")
+    sh.add_argument("--json", action="store_true", help="print the folder's summary as JSON instead")
     from paper_figures import FIGURES
 
     names = "\n".join(f"  {k:6s} {desc}" for k, (_, desc) in FIGURES.items())
@@ -32,8 +38,92 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _run_parser(sub) -> None:
+    from delaylab import config as C
+
+    r = sub.add_parser(
+        "run", help="run a config (TOML file and/or flags) into a folder; resumable",
+        description="Run an algorithm on a problem along a schedule, or a sweep over step sizes and seeds, "
+                    "into a folder (config, versions, git revision, checkpoint, metrics, figure). Settings come "
+                    "from CONFIG (TOML: top-level keys, [problem], [schedule]) and then from the flags below; "
+                    "lists are comma-separated (--stepsize 0.01,0.02).",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("config", nargs="?", help="a TOML file (see notebooks/README.md for an example)")
+    r.add_argument("--out", default=None, help="the run folder (default: out/runs/NAME)")
+    r.add_argument("--resume", metavar="DIR", default=None,
+                   help="continue the run in DIR from its last checkpoint (refused if the config differs)")
+    r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    g = r.add_argument_group("settings (each overrides CONFIG)")
+    for name, cls in C.flag_fields():
+        field = name.split(".")[-1]
+        g.add_argument(f"--{name}", dest=f"set:{name}", default=None, metavar=field.upper(),
+                       help=f"default {getattr(cls(), field)!r}")
+
+
+def _cmd_run(args) -> int:
+    import json
+
+    from delaylab import config as C
+    from delaylab import runs
+
+    flags = {k[4:]: v for k, v in vars(args).items() if k.startswith("set:") and v is not None}
+    try:
+        if args.resume is not None:
+            folder = args.resume
+            saved_path = os.path.join(folder, "config.toml")
+            if not os.path.exists(saved_path):
+                raise C.ConfigError(f"--resume {folder}: no config.toml there; it is not a folder `delaylab run` wrote")
+            saved = C.read_toml(saved_path)
+            asked = C.read_toml(args.config) if args.config else saved
+            asked = C.from_flags(flags, base=asked) if flags else asked
+            diff = C.differences(saved, asked)
+            if diff:
+                raise C.ConfigError(f"--resume {folder}: the config differs from the one the run was started with "
+                                    "(saved → now):\n  " + "\n  ".join(diff))
+            st = runs.status(folder)
+            if st["status"] == "complete":
+                print(f"{folder}: already complete", file=sys.stderr)
+                print(json.dumps(st) if args.json else f"final loss: {st['final_loss']}")
+                return 0
+            cfg, resume = saved, True
+        else:
+            cfg = C.read_toml(args.config) if args.config else C.RunConfig()
+            cfg = C.from_flags(flags, base=cfg) if flags else cfg
+            folder = args.out or os.path.join("out", "runs", cfg.name)
+            if os.path.exists(os.path.join(folder, "config.toml")):
+                st = runs.status(folder)["status"]
+                raise C.ConfigError(f"{folder} already holds a run ({st}); continue it with --resume {folder}, "
+                                    "or choose another --out")
+            resume = False
+        summary = runs.execute(cfg, folder, resume=resume, quiet=args.quiet)
+    except (C.ConfigError, runs.RunError) as err:
+        print(f"delaylab run: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(summary, indent=2, default=float))
+    else:
+        print(f"{cfg.name}: {summary['status']}, final loss {summary['final_loss']}; wrote {folder}")
+    return 0
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "run":
+        return _cmd_run(args)
+    if args.command == "show":
+        import json
+
+        from delaylab import runs
+
+        try:
+            if args.json:
+                print(json.dumps(runs.status(args.folder), indent=2))
+                return 0
+            return runs.show(args.folder, out=args.out)
+        except (runs.RunError, ValueError) as err:
+            print(f"delaylab show: {err}", file=sys.stderr)
+            return 2
     if args.command == "verify":
         from delaylab import scenarios, verify
 

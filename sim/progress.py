@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
 import time
 from typing import Optional, TextIO
@@ -55,13 +56,16 @@ def _clock(seconds: float) -> str:
 class ProgressBar:
     """A one-line progress bar on ``stream`` (stderr by default).
 
-    Nothing is shown for runs that finish within ``after`` seconds. On a terminal the line is
+    Nothing is shown for runs that finish within ``after`` seconds (default: the environment's
+    ``DELAYLAB_PROGRESS_AFTER``, else 3). On a terminal the line is
     redrawn in place; elsewhere (a log file, CI) a new line is written at most every ``every``
     seconds, and at the end.
     """
 
-    def __init__(self, label: str = "run", *, stream: Optional[TextIO] = None, after: float = 3.0,
+    def __init__(self, label: str = "run", *, stream: Optional[TextIO] = None, after: Optional[float] = None,
                  every: float = 10.0, width: int = 24):
+        if after is None:
+            after = float(os.environ.get("DELAYLAB_PROGRESS_AFTER", 3.0))
         self.label, self.stream, self.after, self.every, self.width = label, stream, after, every, width
         self._last = -math.inf
         self._shown = False

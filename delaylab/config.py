@@ -1,0 +1,344 @@
+"""What `delaylab run` runs: a frozen dataclass config, read from TOML or flags, built into
+an algorithm, a problem and a schedule.
+
+A config is three flat records: the run itself (:class:`RunConfig`: algorithm, step sizes, seeds,
+logging), its :class:`ProblemConfig` and its :class:`ScheduleConfig`. In TOML the last two are the
+tables ``[problem]`` and ``[schedule]``; on the command line every field is a flag
+(``--stepsize 0.01,0.02``, ``--problem.dim 20``, ``--schedule.taus 1,2,4,8``). Several step sizes
+or ``seeds > 1`` make the run a sweep (one compiled call for all of them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import typing
+from typing import Any, Optional
+
+import numpy as np
+
+PROBLEM_KINDS = ("quadratic", "logistic", "mlp")
+POLICIES = ("async", "sync")
+NOISES = ("none", "exponential", "lognormal", "uniform", "halfnormal")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProblemConfig:
+    """The problem (each worker samples only its own data).
+
+    kind: "quadratic" (random heterogeneous quadratics, closed-form optimum), "logistic"
+      (synthetic logistic regression, full local batches) or "mlp" (an MLP on the MNIST-format
+      data :func:`sim.data.load_mnist_format` finds, i.i.d. shards).
+    workers: n. dim: parameters (quadratic), features (logistic); unused by the MLP.
+    condition, spread, diagonal: the quadratics' eigenvalue range [1, condition], the spread of
+      their minimisers, diagonal curvature.
+    noise: gradient noise σ (quadratic).
+    samples: examples per worker (logistic), training images in all (mlp).
+    heterogeneity, l2: logistic regression's between-worker shift and ridge term.
+    hidden, batch: the MLP's hidden width and minibatch size.
+    seed: the problem's random seed.
+    """
+
+    kind: str = "quadratic"
+    workers: int = 4
+    dim: int = 10
+    condition: float = 4.0
+    spread: float = 2.0
+    diagonal: bool = False
+    noise: float = 0.0
+    samples: int = 80
+    heterogeneity: float = 1.5
+    l2: float = 0.05
+    hidden: int = 64
+    batch: int = 32
+    seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleConfig:
+    """The virtual cluster's timing.
+
+    policy: "async" (a worker restarts the moment it reports) or "sync" (barrier rounds).
+    taus: mean job duration τ_i per worker (as many as the problem has workers).
+    noise: "none" (every job takes τ_i) or the distribution of the extra time η of each job.
+    scale: η's scale.
+    events: arrivals in all (sync: rounds = events / workers).
+    failures: the probability that a result is lost.
+    seed: the timing's random seed (durations, failures).
+    """
+
+    policy: str = "async"
+    taus: tuple = (1.0, 2.0, 3.0, 4.0)
+    noise: str = "none"
+    scale: float = 1.0
+    events: int = 4000
+    failures: float = 0.0
+    seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """A run (or a sweep).
+
+    name: a label (the default output folder is out/runs/NAME).
+    algorithm: a name from ``delaylab.registry.ALGORITHMS``.
+    stepsize: γ, or several (a sweep over them).
+    seed: the base PRNG seed; seeds: runs per step size (keys split from the base seed).
+    log_every: events per log point (0: about 100 log points).
+    segment: log points per compiled segment (0: about 20 segments).
+    checkpoint_every: seconds between checkpoints (0: after every segment).
+    x64: float64 (the problems' default dtype follows it).
+    """
+
+    name: str = "run"
+    algorithm: str = "asgd"
+    stepsize: tuple = (0.01,)
+    seed: int = 0
+    seeds: int = 1
+    log_every: int = 0
+    segment: int = 0
+    checkpoint_every: float = 60.0
+    x64: bool = True
+    problem: ProblemConfig = ProblemConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
+
+    @property
+    def is_sweep(self) -> bool:
+        return len(self.stepsize) > 1 or self.seeds > 1
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class ConfigError(ValueError):
+    pass
+
+
+_TUPLE_FIELDS = {"stepsize", "taus"}
+
+
+def _types(cls) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def _coerce(cls, name: str, value, where: str):
+    """``value`` as field ``name`` of ``cls`` wants it, or a ConfigError saying what is allowed."""
+    want = _types(cls)[name]
+    label = f"{where}{name}"
+    try:
+        if name in _TUPLE_FIELDS:
+            if isinstance(value, str):
+                value = [v for v in value.replace(" ", "").split(",") if v]
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                value = [value]
+            out = tuple(float(v) for v in value)
+            if not out:
+                raise ValueError
+            return out
+        if want is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+                return value.lower() in ("true", "1", "yes")
+            raise ValueError
+        if want is int:
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if want is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if want is str:
+            if not isinstance(value, str):
+                raise ValueError
+            return value
+    except (TypeError, ValueError):
+        kind = "a list of numbers (comma-separated on the command line)" if name in _TUPLE_FIELDS else want.__name__
+        raise ConfigError(f"{label}: expected {kind}; got {value!r}") from None
+    raise ConfigError(f"{label}: unsupported field type {want}")
+
+
+def _check(cfg: RunConfig) -> RunConfig:
+    from delaylab import registry
+
+    p, s = cfg.problem, cfg.schedule
+    if cfg.algorithm not in registry.ALGORITHMS:
+        raise ConfigError(f"algorithm: unknown {cfg.algorithm!r}; registered: {sorted(registry.ALGORITHMS)}")
+    if p.kind not in PROBLEM_KINDS:
+        raise ConfigError(f"problem.kind: {p.kind!r} is not one of {list(PROBLEM_KINDS)}")
+    if s.policy not in POLICIES:
+        raise ConfigError(f"schedule.policy: {s.policy!r} is not one of {list(POLICIES)}")
+    if s.noise not in NOISES:
+        raise ConfigError(f"schedule.noise: {s.noise!r} is not one of {list(NOISES)}")
+    if len(s.taus) != p.workers:
+        raise ConfigError(f"schedule.taus has {len(s.taus)} entries but problem.workers is {p.workers}; "
+                          "give one mean duration per worker")
+    checks = [
+        ("stepsize", all(g > 0 for g in cfg.stepsize), "every step size must be > 0"),
+        ("seeds", cfg.seeds >= 1, "must be >= 1"),
+        ("log_every", cfg.log_every >= 0, "must be >= 0 (0: about 100 log points)"),
+        ("segment", cfg.segment >= 0, "must be >= 0 (0: about 20 segments)"),
+        ("checkpoint_every", cfg.checkpoint_every >= 0, "must be >= 0 seconds"),
+        ("problem.workers", p.workers >= 1, "must be >= 1"),
+        ("problem.dim", p.dim >= 1, "must be >= 1"),
+        ("problem.condition", p.condition >= 1, "must be >= 1"),
+        ("problem.samples", p.samples >= 1, "must be >= 1"),
+        ("problem.batch", p.batch >= 1, "must be >= 1"),
+        ("problem.hidden", p.hidden >= 1, "must be >= 1"),
+        ("problem.noise", p.noise >= 0, "must be >= 0"),
+        ("schedule.taus", all(t > 0 for t in s.taus), "every τ_i must be > 0"),
+        ("schedule.events", s.events >= max(1, p.workers if s.policy == "sync" else 1),
+         "must be >= 1 (sync: >= workers, one round)"),
+        ("schedule.failures", 0 <= s.failures < 1, "must be in [0, 1)"),
+        ("schedule.scale", s.scale >= 0, "must be >= 0"),
+    ]
+    for name, ok, what in checks:
+        if not ok:
+            raise ConfigError(f"{name}: {what}")
+    return cfg
+
+
+def from_dict(d: dict, *, base: Optional[RunConfig] = None) -> RunConfig:
+    """A config from nested dicts (TOML's shape); unknown keys are errors; missing ones keep
+    ``base``'s values (default: the defaults)."""
+    base = base or RunConfig()
+    sub = {"problem": ProblemConfig, "schedule": ScheduleConfig}
+    top = {}
+    for key, value in d.items():
+        if key in sub:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{key}: expected a table ([{key}]); got {value!r}")
+            cls = sub[key]
+            names = {f.name for f in dataclasses.fields(cls)}
+            unknown = set(value) - names
+            if unknown:
+                raise ConfigError(f"[{key}]: unknown {sorted(unknown)}; allowed: {sorted(names)}")
+            top[key] = dataclasses.replace(getattr(base, key),
+                                           **{k: _coerce(cls, k, v, f"{key}.") for k, v in value.items()})
+        else:
+            names = {f.name for f in dataclasses.fields(RunConfig)} - set(sub)
+            if key not in names:
+                raise ConfigError(f"unknown setting {key!r}; allowed: {sorted(names | set(sub))}")
+            top[key] = _coerce(RunConfig, key, value, "")
+    return _check(dataclasses.replace(base, **top))
+
+
+def read_toml(path: str, *, base: Optional[RunConfig] = None) -> RunConfig:
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML ({err})") from None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read ({err.strerror})") from None
+    return from_dict(data, base=base)
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (tuple, list)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, int):
+        return str(v)
+    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def to_toml(cfg: RunConfig) -> str:
+    """The config as TOML that :func:`read_toml` reads back to an equal config."""
+    d = cfg.to_dict()
+    lines = [f"{k} = {_toml_value(v)}" for k, v in d.items() if not isinstance(v, dict)]
+    for table in ("problem", "schedule"):
+        lines += ["", f"[{table}]"] + [f"{k} = {_toml_value(v)}" for k, v in d[table].items()]
+    return "\n".join(lines) + "\n"
+
+
+def flag_fields() -> list[tuple[str, Any]]:
+    """(flag name, dataclass) of every field, as ``--name`` / ``--problem.name``."""
+    out = [(f.name, RunConfig) for f in dataclasses.fields(RunConfig) if f.name not in ("problem", "schedule")]
+    out += [(f"problem.{f.name}", ProblemConfig) for f in dataclasses.fields(ProblemConfig)]
+    out += [(f"schedule.{f.name}", ScheduleConfig) for f in dataclasses.fields(ScheduleConfig)]
+    return out
+
+
+def from_flags(values: dict, *, base: Optional[RunConfig] = None) -> RunConfig:
+    """Apply ``{"stepsize": "0.1,0.2", "problem.dim": "20", ...}`` (strings from the command line)."""
+    nested: dict = {}
+    for name, value in values.items():
+        if "." in name:
+            table, key = name.split(".", 1)
+            nested.setdefault(table, {})[key] = value
+        else:
+            nested[name] = value
+    return from_dict(nested, base=base)
+
+
+def differences(a: RunConfig, b: RunConfig) -> list[str]:
+    """Fields that differ, as 'name: a → b'."""
+    da, db = a.to_dict(), b.to_dict()
+    out = []
+    for k in da:
+        if isinstance(da[k], dict):
+            out += [f"{k}.{kk}: {da[k][kk]!r} → {db[k][kk]!r}" for kk in da[k] if da[k][kk] != db[k][kk]]
+        elif da[k] != db[k]:
+            out.append(f"{k}: {da[k]!r} → {db[k]!r}")
+    return out
+
+
+# --- building -----------------------------------------------------------------------------------
+
+
+def build_problem(cfg: RunConfig):
+    import sim
+    from sim import data as sim_data
+    from sim import models
+
+    p = cfg.problem
+    dtype = np.float64 if cfg.x64 else np.float32
+    if p.kind == "quadratic":
+        return sim.problems.random_quadratic(p.workers, p.dim, diagonal=p.diagonal, condition=p.condition,
+                                             spread=p.spread, noise=p.noise, seed=p.seed, dtype=dtype)
+    if p.kind == "logistic":
+        return sim.problems.synthetic_logistic(p.workers, p.samples, p.dim, heterogeneity=p.heterogeneity,
+                                               l2=p.l2, seed=p.seed)
+    ds = sim_data.load_mnist_format()
+    n = min(p.samples, ds.x_train.shape[0])
+    return models.mlp_classifier(ds.x_train[:n], ds.y_train[:n], num_workers=p.workers, split="iid", hidden=p.hidden,
+                                 batch_size=p.batch, seed=p.seed, dtype=dtype)
+
+
+def build_schedule(cfg: RunConfig):
+    from sim import schedules
+
+    s = cfg.schedule
+    taus = np.asarray(s.taus, np.float64)
+    if s.policy == "async":
+        if s.noise == "none":
+            sched = schedules.fixed_computation(taus, num_events=s.events)
+        else:
+            sched = schedules.random_durations(taus, num_events=s.events, noise=s.noise, scale=s.scale, seed=s.seed)
+    else:
+        rounds = max(1, s.events // len(taus))
+        sched = schedules.synchronous(taus, num_rounds=rounds, noise=None if s.noise == "none" else s.noise,
+                                      scale=s.scale, seed=s.seed)
+    if s.failures > 0:
+        sched = schedules.with_failures(sched, probability=s.failures, seed=s.seed + 1)
+    return sched
+
+
+def build_algorithm(cfg: RunConfig, schedule):
+    """The algorithm at the first step size, and the hyperparameter grid of a sweep over step
+    sizes: the registry's construction at each γ, with the hyperparameters that change with γ."""
+    from delaylab import registry
+
+    entry = registry.algorithm(cfg.algorithm)
+    algs = [entry.make(g, schedule) for g in cfg.stepsize]
+    if len(algs) == 1:
+        return algs[0], None
+    varying = {k for k in algs[0].hparams
+               if any(not np.array_equal(np.asarray(a.hparams[k]), np.asarray(algs[0].hparams[k])) for a in algs)}
+    return algs[0], {k: np.stack([np.asarray(a.hparams[k]) for a in algs]) for k in sorted(varying)}
+

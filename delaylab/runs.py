@@ -1,0 +1,274 @@
+"""`delaylab run` and `delaylab show`: a config run into a folder, resumable, and read back.
+
+A run folder holds:
+
+    config.toml, config.json   what was asked (the TOML reads back to the same config)
+    environment.json           package versions, git revision, platform
+    schedule.json              the schedule's summary and digest
+    checkpoint.npz             the state after the last finished segment (sim.checkpoint)
+    metrics.npz, metrics.csv   every logged series (a sweep: leading axes [step sizes, seeds];
+                               its CSV holds the median over seeds per step size)
+    final.npz                  the final server model and its tail average, leaf by leaf
+    summary.json               status, final numbers, the theory's prediction where there is one
+    figure.png                 loss (and distance to the optimum) against simulated time
+
+Everything is written atomically (a temporary name, then a rename); nothing is pickled. A run
+killed at any point resumes with ``delaylab run --resume DIR`` to the same bits as one that was
+never interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Optional
+
+import numpy as np
+
+from delaylab import config as C
+
+CHECKPOINT = "checkpoint.npz"
+
+
+class RunError(ValueError):
+    pass
+
+
+def _flatten_tree(tree, prefix: str) -> dict:
+    import jax
+
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        name = prefix + (jax.tree_util.keystr(path) or "")
+        out[name] = np.asarray(leaf)
+    return out
+
+
+def _sweep_csv_rows(metrics: dict, stepsizes) -> list[dict]:
+    """Per log point and step size, the median over seeds of every [H, S, logs] series."""
+    time_ = np.asarray(metrics["time"])
+    rows = []
+    for h, g in enumerate(stepsizes):
+        for t in range(time_.shape[0]):
+            row = {"stepsize": g, "time": float(time_[t]), "events": int(metrics["events"][t])}
+            for k, v in metrics.items():
+                v = np.asarray(v)
+                if v.ndim == 3 and v.shape[2] == time_.shape[0] and k not in ("time", "events"):
+                    with np.errstate(all="ignore"):
+                        row[f"{k}_median"] = float(np.nanmedian(v[h, :, t])) if np.any(np.isfinite(v[h, :, t])) else np.nan
+            rows.append(row)
+    return rows
+
+
+def _theory(cfg: C.RunConfig, problem, schedule, result) -> Optional[dict]:
+    """Where the registry's theory says the run settles (frequency-weighted limit), against the
+    tail average; quadratic problems only (closed-form limits)."""
+    from delaylab import registry
+
+    if cfg.problem.kind != "quadratic":
+        return None
+    entry = registry.algorithm(cfg.algorithm)
+    t0 = result.tail_window[0]
+    rows = []
+    for h, g in enumerate(cfg.stepsize):
+        try:
+            q = entry.predicted_weights(g, schedule, from_time=t0)
+            limit = np.asarray(entry.limit(problem, q), np.float64)
+        except (TypeError, ValueError, NotImplementedError):
+            return None
+        tail = np.asarray(result.tail_average, np.float64)
+        tail = tail.reshape((-1,) + limit.shape)[h * cfg.seeds:(h + 1) * cfg.seeds] if cfg.is_sweep else tail[None]
+        opt = np.asarray(problem.minimiser, np.float64)
+        rows.append({
+            "stepsize": g,
+            "predicted_weights": q.tolist(),
+            "dist_tail_to_predicted_limit": float(np.median(np.linalg.norm(tail - limit, axis=-1))),
+            "dist_tail_to_optimum": float(np.median(np.linalg.norm(tail - opt, axis=-1))),
+            "dist_predicted_limit_to_optimum": float(np.linalg.norm(limit - opt)),
+        })
+    return {"note": "the tail average's distance to the limit the theory predicts (minimiser of Σ q_i F_i) "
+                    "and to the true optimum; a median over seeds in a sweep", "by_stepsize": rows}
+
+
+def execute(cfg: C.RunConfig, folder: str, *, resume: bool = False, quiet: bool = False) -> dict:
+    """Run ``cfg`` into ``folder`` (resuming from its checkpoint with ``resume``); returns the summary."""
+    import jax
+
+    from sim import checkpoint as ckpt
+    from sim import store
+    from sim.progress import ProgressBar
+
+    jax.config.update("jax_enable_x64", bool(cfg.x64))
+    import sim
+
+    os.makedirs(folder, exist_ok=True)
+    problem = C.build_problem(cfg)
+    schedule = C.build_schedule(cfg)
+    alg, grid = C.build_algorithm(cfg, schedule)
+    if not resume:
+        store.atomic_write(os.path.join(folder, "config.toml"), C.to_toml(cfg).encode())
+        store.open_run_folder(folder, cfg.to_dict())
+        store.write_json(os.path.join(folder, "schedule.json"), {**schedule.summary(), "digest": schedule.digest()})
+    key = jax.random.key(cfg.seed)
+    common = dict(log_every=cfg.log_every or None, segment=cfg.segment or None,
+                  progress=None if quiet else ProgressBar(cfg.name),
+                  checkpoint=os.path.join(folder, CHECKPOINT), checkpoint_every=cfg.checkpoint_every)
+    t0 = time.monotonic()
+    try:
+        if cfg.is_sweep:
+            if grid is None:  # one step size, several seeds
+                first = next(iter(alg.hparams))
+                grid = {first: np.asarray(alg.hparams[first])[None]}
+            result = sim.sweep(alg, problem, schedule, keys=jax.random.split(key, cfg.seeds), hparams=grid, **common)
+        else:
+            result = sim.run(alg, problem, schedule, key=key, **common)
+    except ckpt.CheckpointMismatch as err:
+        raise RunError(f"cannot resume {folder}: {err}") from None
+    wall = time.monotonic() - t0
+    metrics = dict(result.metrics)
+    params = metrics.pop("params", None)
+    store.write_metrics(folder, {k: v for k, v in metrics.items() if isinstance(v, np.ndarray)}, name="metrics")
+    if params is not None:
+        store.write_metrics(folder, _flatten_tree(params, "params"), name="params_log")
+    if cfg.is_sweep:
+        store.write_csv(os.path.join(folder, "metrics.csv"), _sweep_csv_rows(metrics, cfg.stepsize))
+    final = {**_flatten_tree(result.params, "params"), **_flatten_tree(result.tail_average, "tail_average")}
+    import io
+
+    buf = io.BytesIO()
+    np.savez(buf, **final)
+    store.atomic_write(os.path.join(folder, "final.npz"), buf.getvalue())
+    loss = np.asarray(metrics["loss"], np.float64)
+    summary = {
+        "status": "complete",
+        "name": cfg.name,
+        "algorithm": cfg.algorithm,
+        "sweep": cfg.is_sweep,
+        "runs": len(cfg.stepsize) * cfg.seeds,
+        "events": int(schedule.num_events),
+        "end_time": schedule.end_time,
+        "final_loss": float(loss[..., -1]) if not cfg.is_sweep else np.nanmedian(loss[..., -1], axis=1).tolist(),
+        "diverged": int(np.sum(np.asarray(result.diverged_at) >= 0)),
+        "wall_seconds_this_process": wall,
+        "resumed": bool(resume),
+    }
+    if "dist_optimum" in metrics:
+        d = np.asarray(metrics["dist_optimum"], np.float64)[..., -1]
+        summary["final_dist_optimum"] = float(d) if not cfg.is_sweep else np.nanmedian(d, axis=1).tolist()
+    theory = _theory(cfg, problem, schedule, result)
+    if theory is not None:
+        summary["theory"] = theory
+    store.write_json(os.path.join(folder, "summary.json"), summary)
+    draw(folder)
+    return summary
+
+
+def draw(folder: str, out: Optional[str] = None) -> str:
+    """figure.png from the folder's metrics.npz and config (no recomputation)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from sim import store
+
+    cfg = C.read_toml(os.path.join(folder, "config.toml"))
+    m = store.read_metrics(folder)
+    theory = None
+    if os.path.exists(os.path.join(folder, "summary.json")):
+        with open(os.path.join(folder, "summary.json")) as fh:
+            theory = json.load(fh).get("theory")
+    panels = ["loss"] + (["dist_optimum"] if "dist_optimum" in m else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False)
+    t = m["time"]
+    for ax, key in zip(axes[0], panels):
+        v = np.asarray(m[key], np.float64)
+        if v.ndim == 1:
+            ax.plot(t, v, lw=1.4, label=f"γ = {cfg.stepsize[0]:g}")
+        else:
+            for h, g in enumerate(cfg.stepsize):
+                with np.errstate(all="ignore"):
+                    med = np.nanmedian(v[h], axis=0)
+                    lo, hi = np.nanpercentile(v[h], [10, 90], axis=0)
+                line, = ax.plot(t, med, lw=1.4, label=f"γ = {g:g}" + (f" (median of {v.shape[1]})" if v.shape[1] > 1 else ""))
+                if v.shape[1] > 1:
+                    ax.fill_between(t, lo, hi, color=line.get_color(), alpha=0.2, lw=0)
+        finite = v[np.isfinite(v)]
+        if finite.size and finite.min() > 0 and finite.max() / finite.min() > 20:
+            ax.set_yscale("log")
+        if key == "dist_optimum" and theory:
+            for h, row in enumerate(theory["by_stepsize"]):
+                ax.axhline(row["dist_predicted_limit_to_optimum"], ls="--", lw=1, color=f"C{h}",
+                           label="theory: ‖x_q − x*‖" if h == 0 else None)
+            ax.legend(fontsize=8)
+        ax.set_xlabel("simulated time")
+        ax.set_ylabel({"loss": "F(x)", "dist_optimum": "‖x − x*‖"}[key])
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    band = " (bands: 10–90 % over seeds)" if cfg.seeds > 1 else ""
+    fig.suptitle(f"{cfg.name}: {cfg.algorithm}, {cfg.problem.kind}, n = {cfg.problem.workers}, "
+                 f"{cfg.schedule.policy}{band}", fontsize=10)
+    fig.tight_layout()
+    path = out or os.path.join(folder, "figure.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def status(folder: str) -> dict:
+    """What the folder holds: complete, interrupted (segments done of how many) or empty."""
+    from sim import checkpoint as ckpt
+
+    if os.path.exists(os.path.join(folder, "summary.json")):
+        with open(os.path.join(folder, "summary.json")) as fh:
+            return json.load(fh)
+    path = os.path.join(folder, CHECKPOINT)
+    if os.path.exists(path):
+        with np.load(path, allow_pickle=False) as f:
+            done = int(f["done"])
+        fp = ckpt.read_fingerprint(path)
+        return {"status": "interrupted", "segments_done": done, "chunks": fp["plan"]["chunks"],
+                "segment": fp["plan"]["segment"]}
+    return {"status": "not started"}
+
+
+def show(folder: str, *, out: Optional[str] = None, stream=None) -> int:
+    stream = stream or sys.stdout
+    if not os.path.exists(os.path.join(folder, "config.toml")):
+        raise RunError(f"{folder}: not a run folder (no config.toml); `delaylab run` writes one")
+    cfg = C.read_toml(os.path.join(folder, "config.toml"))
+    env = {}
+    if os.path.exists(os.path.join(folder, "environment.json")):
+        with open(os.path.join(folder, "environment.json")) as fh:
+            env = json.load(fh)
+    st = status(folder)
+    p, s = cfg.problem, cfg.schedule
+    w = stream.write
+    w(f"{folder}\n")
+    w(f"  {cfg.name}: {cfg.algorithm}, γ = {', '.join(f'{g:g}' for g in cfg.stepsize)}, "
+      f"{cfg.seeds} seed{'s' if cfg.seeds > 1 else ''} from {cfg.seed}\n")
+    w(f"  problem: {p.kind}, n = {p.workers}" + (f", d = {p.dim}" if p.kind != "mlp" else "") + "\n")
+    w(f"  schedule: {s.policy}, τ = {list(s.taus)}, noise {s.noise}, {s.events} events"
+      + (f", failures {s.failures:g}" if s.failures else "") + "\n")
+    if env:
+        w(f"  written by: git {env.get('git_revision')}, jax {env.get('packages', {}).get('jax')}, "
+          f"{env.get('jax_backend')}, python {env.get('python')}\n")
+    w(f"  status: {st['status']}")
+    if st["status"] == "interrupted":
+        w(f" (segments done: {st['segments_done']}; resume with `delaylab run --resume {folder}`)\n")
+        return 0
+    w("\n")
+    if st["status"] == "complete":
+        w(f"  final loss: {st['final_loss']}\n")
+        if "final_dist_optimum" in st:
+            w(f"  final ‖x − x*‖: {st['final_dist_optimum']}\n")
+        if st.get("diverged"):
+            w(f"  diverged runs: {st['diverged']}\n")
+        for row in st.get("theory", {}).get("by_stepsize", []):
+            w(f"  γ = {row['stepsize']:g}: tail average to the predicted limit {row['dist_tail_to_predicted_limit']:.3g}, "
+              f"to x* {row['dist_tail_to_optimum']:.3g} (limit to x*: {row['dist_predicted_limit_to_optimum']:.3g})\n")
+        path = draw(folder, out)
+        w(f"  figure: {path}\n")
+    return 0
