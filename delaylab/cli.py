@@ -48,7 +48,7 @@ def _run_parser(sub) -> None:
                     "from CONFIG (TOML: top-level keys, [problem], [schedule]) and then from the flags below; "
                     "lists are comma-separated (--stepsize 0.01,0.02).",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    r.add_argument("config", nargs="?", help="a TOML file (see notebooks/README.md for an example)")
+    r.add_argument("config", nargs="?", help="a TOML file (README, \"Long runs\", has an example)")
     r.add_argument("--out", default=None, help="the run folder (default: out/runs/NAME)")
     r.add_argument("--resume", metavar="DIR", default=None,
                    help="continue the run in DIR from its last checkpoint (refused if the config differs)")

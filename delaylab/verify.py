@@ -51,7 +51,9 @@ class ScenarioOutcome:
     metrics: dict  # algorithm name -> that run's metrics (per log point)
 
 
-def verify_scenario(sc: scenario_lib.Scenario, *, seed: int = 0) -> ScenarioOutcome:
+def verify_scenario(sc: scenario_lib.Scenario, *, seed: int = 0, algorithms=None) -> ScenarioOutcome:
+    """The checks of one scenario for every entry of ``algorithms`` (default: the registry's;
+    a notebook passes its own :class:`delaylab.registry.AlgorithmEntry` to check a new method)."""
     started = time.perf_counter()
     problem, schedule = sc.problem(), sc.schedule()
     taus = schedule.mean_durations
@@ -63,7 +65,7 @@ def verify_scenario(sc: scenario_lib.Scenario, *, seed: int = 0) -> ScenarioOutc
     checks = []
     metrics = {}
     noisy = float(np.max(np.asarray(problem.data.get("noise", 0.0)))) > 0 if isinstance(problem.data, dict) else False
-    for name, entry in ALGORITHMS.items():
+    for name, entry in (ALGORITHMS if algorithms is None else algorithms).items():
         if noisy and entry.limit_needs_no_noise:
             continue  # its limit is predicted for exact gradients only (E clip(g + ξ) ≠ clip(g))
         res = sim.run(entry.make(sc.stepsize, schedule), problem, schedule, key=jax.random.key(seed),
@@ -94,8 +96,9 @@ ORBIT_TOLERANCE = 1e-8  # absolute, on ‖x̄ − x_orbit‖ with x of order 1 (
 ORBIT_SCENARIO = "cycle-map"
 
 
-def verify_orbit(*, stepsize: float = 0.02, seed: int = 0) -> ScenarioOutcome:
-    """The measured orbit average at a finite step against the exact cycle map (spec §2.3).
+def verify_orbit(*, stepsize: float = 0.02, seed: int = 0, algorithms=None) -> ScenarioOutcome:
+    """The measured orbit average at a finite step against the exact cycle map (spec §2.3), for
+    every entry of ``algorithms`` (default: the registry's) that has one.
 
     n = 5, d = 3, τ = (1, 2, 3, 5, 8), σ = 0. The run lasts whole hyperperiods (H = 120) and is
     averaged over its second half; the burn-in is long enough for ρ(M)^periods < 1e-12.
@@ -105,7 +108,7 @@ def verify_orbit(*, stepsize: float = 0.02, seed: int = 0) -> ScenarioOutcome:
     problem = sim.problems.random_quadratic(5, 3, condition=3.0, spread=2.0, seed=5)
     A, b = problem.curvature
     checks, metrics, summary = [], {}, {}
-    for name, entry in ALGORITHMS.items():
+    for name, entry in (ALGORITHMS if algorithms is None else algorithms).items():
         if not entry.has_cycle_map:
             continue
         orbit = theory.periodic_orbit(A, b, taus, entry.step(stepsize, taus, len(taus)))

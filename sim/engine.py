@@ -350,9 +350,10 @@ def _over_runs(static: _Static, mesh, run_batch: int, fn):
                 return jax.lax.map(lambda a: fn(*a, shared), (h, k, c))
             return jax.vmap(fn, in_axes=(0, 0, 0, None))(h, k, c, shared)
 
-        groups = jax.tree.map(lambda v: v.reshape((-1, run_batch) + v.shape[1:]), (h, k, c))
+        G = k.shape[0] // run_batch  # explicit sizes: a leaf may have a zero-size axis
+        groups = jax.tree.map(lambda v: v.reshape((G, run_batch) + v.shape[1:]), (h, k, c))
         out = jax.lax.map(group, groups)
-        return jax.tree.map(lambda v: v.reshape((-1,) + v.shape[2:]), out)
+        return jax.tree.map(lambda v: v.reshape((G * run_batch,) + v.shape[2:]), out)
 
     runs = PartitionSpec(parallel.AXIS)
     return jax.shard_map(local, mesh=mesh, in_specs=(runs, runs, runs, PartitionSpec()), out_specs=runs,

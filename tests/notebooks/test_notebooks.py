@@ -1,0 +1,28 @@
+"""The notebooks run top to bottom on their small preset (``DELAYLAB_NOTEBOOK_QUICK=1``); each
+ends its sections with assertions against the theory, so a change that breaks one fails here."""
+
+import os
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FOLDER = os.path.join(ROOT, "notebooks")
+NOTEBOOKS = sorted(f for f in os.listdir(FOLDER) if f.endswith(".ipynb"))
+
+
+def test_the_three_notebooks_exist():
+    assert NOTEBOOKS == ["01_quickstart.ipynb", "02_new_algorithm.ipynb", "03_heterogeneity.ipynb"]
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_runs(name, monkeypatch):
+    monkeypatch.setenv("DELAYLAB_NOTEBOOK_QUICK", "1")
+    monkeypatch.setenv("PYTHONPATH", ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    nb = nbformat.read(os.path.join(FOLDER, name), as_version=4)
+    for cell in nb.cells:
+        assert not cell.get("outputs"), f"{name} is committed with outputs; clear them"
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": ROOT}}).execute()
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors
