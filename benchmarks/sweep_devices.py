@@ -8,7 +8,9 @@ which this script sets before JAX starts): they share the machine's cores, so th
 how well a sweep spread over devices uses the cores, not what 8 accelerators would give. On a
 machine with accelerators the real devices are used. Each workload is timed as the best of
 ``--repeats`` calls after one warm-up call (compilation excluded), alternating the two variants.
-Throughput is runs × events per second.
+Throughput is runs × events per second. The last column times one device batching its runs as
+each of the D devices does (``run_batch`` = runs/D), which gives the bits of the D-device sweep:
+what pinning the batch width costs on one device.
 """
 
 from __future__ import annotations
@@ -55,27 +57,31 @@ def main(argv=None) -> None:
             mlp_classifier(x, y, num_workers=8, split="iid", hidden=64, batch_size=16, dtype=np.float32),
             schedules.fixed_computation(np.linspace(1, 4, 8), num_events=events // 5), 8, 8),
     }
-    print("| workload | 1 device (s) | all devices (s) | speed-up | runs × events / s, all devices |")
-    print("|---|---|---|---|---|")
+    print(f"| workload | 1 device (s) | {len(devices)} devices (s) | speed-up | runs × events / s, {len(devices)} devices "
+          f"| 1 device, run_batch = runs/{len(devices)} (s) |")
+    print("|---|---|---|---|---|---|")
     for name, (alg, prob, sched, H, S) in work.items():
         keys = jax.random.split(jax.random.key(0), S)
         hp = {next(iter(alg.hparams)): np.geomspace(0.5, 1.0, H) * float(alg.hparams[next(iter(alg.hparams))])}
 
-        def call(devs):
-            r = sim.sweep(alg, prob, sched, keys=keys, hparams=hp, devices=devs)
+        def call(devs, run_batch=None):
+            r = sim.sweep(alg, prob, sched, keys=keys, hparams=hp, devices=devs, run_batch=run_batch)
             return jax.block_until_ready(r.params)
 
-        variants = (devices[:1], devices)
+        # the third: one device, batching as each of the D devices does (the bits of the D-device run)
+        pinned = H * S // len(devices)
+        variants = ((devices[:1], None), (devices, None), (devices[:1], pinned))
         for v in variants:
-            call(v)  # compile
-        best = [np.inf, np.inf]
+            call(*v)  # compile
+        best = [np.inf] * len(variants)
         for _ in range(args.repeats):
             for k, v in enumerate(variants):
                 t0 = time.perf_counter()
-                call(v)
+                call(*v)
                 best[k] = min(best[k], time.perf_counter() - t0)
         rate = H * S * sched.num_events / best[1]
-        print(f"| {name} | {best[0]:.2f} | {best[1]:.2f} | {best[0] / best[1]:.2f}x | {rate:.3g} |", flush=True)
+        print(f"| {name} | {best[0]:.2f} | {best[1]:.2f} | {best[0] / best[1]:.2f}x | {rate:.3g} | "
+              f"{best[2]:.2f} ({best[2] / best[0]:.2f}x the default) |", flush=True)
 
 
 if __name__ == "__main__":
