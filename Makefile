@@ -15,15 +15,16 @@ $(STAMP): pyproject.toml
 demo: $(STAMP) native
 	$(BIN)/delaylab verify --out out/verify
 
-# The suite runs as two processes side by side: the figure and CLI tests (tests/delaylab), and
-# the rest, folder by folder. Why: in one process for the whole suite XLA's CPU compiler crashed
+# The suite runs as two processes side by side: the figure and CLI tests (tests/delaylab, but for
+# `delaylab run`'s, which mostly wait on subprocesses), and the rest, folder by folder. Why: in one process for the whole suite XLA's CPU compiler crashed
 # (a segmentation fault while compiling a small program, about 200 tests in; each folder alone
 # passes); and most of the time goes to compiling, one core per compile, so two processes use
 # both cores of a CI machine. The figure tests' output is shown when they end.
 test: $(STAMP) native
-	@$(BIN)/python -m pytest -q -p no:cacheprovider tests/delaylab > .pytest-delaylab.log 2>&1 & figs=$$!; \
+	@$(BIN)/python -m pytest -q -p no:cacheprovider tests/delaylab --ignore=tests/delaylab/test_run_cli.py \
+	  > .pytest-delaylab.log 2>&1 & figs=$$!; \
 	$(BIN)/python -m pytest -q tests/algos tests/theory; a=$$?; \
-	$(BIN)/python -m pytest -q tests/sim; b=$$?; \
+	$(BIN)/python -m pytest -q tests/sim tests/notebooks tests/delaylab/test_run_cli.py; b=$$?; \
 	wait $$figs; c=$$?; echo "--- tests/delaylab ---"; cat .pytest-delaylab.log; rm -f .pytest-delaylab.log; \
 	test $$a -eq 0 -a $$b -eq 0 -a $$c -eq 0
 

@@ -96,7 +96,12 @@ def _cmd_run(args) -> int:
                 raise C.ConfigError(f"{folder} already holds a run ({st}); continue it with --resume {folder}, "
                                     "or choose another --out")
             resume = False
-        summary = runs.execute(cfg, folder, resume=resume, quiet=args.quiet)
+        try:
+            summary = runs.execute(cfg, folder, resume=resume, quiet=args.quiet)
+        except KeyboardInterrupt:
+            print(f"\ndelaylab run: interrupted; the finished segments are in {folder}/checkpoint.npz; "
+                  f"continue with `delaylab run --resume {folder}`", file=sys.stderr)
+            return 130
     except (C.ConfigError, runs.RunError) as err:
         print(f"delaylab run: {err}", file=sys.stderr)
         return 2

@@ -3,7 +3,8 @@
 A checkpoint is one ``.npz`` file (written to a temporary name and renamed, so a run killed while
 writing leaves the previous checkpoint whole): the engine's carry after the last finished
 segment (every leaf of the algorithm's state, the workers' points, the tail sums, the first bad
-event), the metrics so far, the number of segments done, and a *fingerprint*, a JSON record of
+event), the metrics so far, the number of segments and of events done, the PRNG key(s), and a
+*fingerprint*, a JSON record of
 hashes of everything the numbers depend on (hyperparameters, keys, starting point, problem data,
 each schedule array, the plan and the numerical options). A resume rebuilds the run, compares
 fingerprints and refuses, saying which entries differ, when they are not equal; then the stored
@@ -80,9 +81,14 @@ def _leaves(prefix: str, tree) -> dict:
     return out
 
 
-def save(path: str, *, carry, first, metrics, done: int, fingerprint: dict) -> None:
-    arrays = {"format": np.asarray(FORMAT), "done": np.asarray(done),
+def save(path: str, *, carry, first, metrics, done: int, fingerprint: dict, events: int = -1, keys=None) -> None:
+    """``done`` segments finished, ``events`` schedule events processed; ``keys``: the run's PRNG
+    key(s) as raw data, kept for the record (the fingerprint checks them on resume)."""
+    arrays = {"format": np.asarray(FORMAT), "done": np.asarray(done), "events": np.asarray(events),
               "fingerprint": np.asarray(json.dumps(fingerprint, sort_keys=True))}
+    if keys is not None:
+        arrays["key_data"] = np.asarray(jax.random.key_data(keys) if jnp.issubdtype(keys.dtype, jax.dtypes.prng_key)
+                                        else keys)
     arrays.update(_leaves("carry/", carry))
     arrays.update(_leaves("first/", first))
     arrays.update(_leaves("metrics/", metrics))

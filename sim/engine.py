@@ -467,7 +467,7 @@ def _sweep_programs(static, hp, problem, runs: "_SweepRuns", ev, tg) -> _Program
 
 
 def _drive(programs: _Programs, plan: BlockPlan, schedule: Schedule, *, segment: int, progress, checkpoint,
-           checkpoint_every: float, fingerprint: dict) -> dict:
+           checkpoint_every: float, fingerprint: dict, keys) -> dict:
     """Run the segments one after another: metrics to the host after each, progress reported,
     a checkpoint written every ``checkpoint_every`` seconds and after the last segment; resume
     from ``checkpoint`` if it exists. Returns what the one-call program returns, on the host."""
@@ -488,29 +488,39 @@ def _drive(programs: _Programs, plan: BlockPlan, schedule: Schedule, *, segment:
             carry, first = programs.start()
             first, parts, done = programs.to_host(first), [], 0
         resumed, t0 = done, time.monotonic()
-        last_save = t0
+        last_save, saved = t0, done
         events0 = int(plan.chunk_end[segments[done - 1][2]]) + 1 if done else 0
-        for i in range(done, len(segments)):
-            piece, padded, last_chunk = segments[i]
-            carry, metrics = programs.advance(carry, jnp.asarray(piece), padded)
-            parts.append(programs.to_host(metrics))
-            now = time.monotonic()
-            final = i + 1 == len(segments)
-            if checkpoint is not None and (final or now - last_save >= checkpoint_every):
-                ckpt.save(checkpoint, carry=programs.to_host(carry), first=first,
-                          metrics=jax.tree.map(lambda *a: np.concatenate(a, axis=axis), *parts), done=i + 1,
-                          fingerprint=fingerprint)
-                last_save = time.monotonic()
-            if progress is not None:
-                events = int(plan.chunk_end[last_chunk]) + 1
-                loss = np.asarray(parts[-1]["loss"], np.float64)
-                loss = np.take(loss, -1, axis=axis)
-                finite = loss[np.isfinite(loss)]
-                progress(Progress(segment=i + 1, segments=len(segments), events=events,
-                                  num_events=schedule.num_events, time=float(schedule.finish[events - 1]),
-                                  end_time=schedule.end_time, loss=float(np.median(finite)) if finite.size else np.nan,
-                                  elapsed=now - t0, events_per_second=(events - events0) / max(now - t0, 1e-9),
-                                  resumed_from=resumed))
+
+        def save(k):  # the carry and metrics after segment k (1-based)
+            ckpt.save(checkpoint, carry=programs.to_host(carry), first=first,
+                      metrics=jax.tree.map(lambda *a: np.concatenate(a, axis=axis), *parts), done=k,
+                      fingerprint=fingerprint, events=int(plan.chunk_end[segments[k - 1][2]]) + 1, keys=keys)
+
+        try:
+            for i in range(done, len(segments)):
+                piece, padded, last_chunk = segments[i]
+                carry, metrics = programs.advance(carry, jnp.asarray(piece), padded)
+                parts.append(programs.to_host(metrics))
+                done = i + 1
+                now = time.monotonic()
+                if checkpoint is not None and (done == len(segments) or now - last_save >= checkpoint_every):
+                    save(done)
+                    last_save, saved = time.monotonic(), done
+                if progress is not None:
+                    events = int(plan.chunk_end[last_chunk]) + 1
+                    loss = np.take(np.asarray(parts[-1]["loss"], np.float64), -1, axis=axis)
+                    finite = loss[np.isfinite(loss)]
+                    progress(Progress(segment=done, segments=len(segments), events=events,
+                                      num_events=schedule.num_events, time=float(schedule.finish[events - 1]),
+                                      end_time=schedule.end_time,
+                                      loss=float(np.median(finite)) if finite.size else np.nan,
+                                      elapsed=now - t0, events_per_second=(events - events0) / max(now - t0, 1e-9),
+                                      resumed_from=resumed))
+        except KeyboardInterrupt:
+            # Ctrl-C: keep the segments finished since the last checkpoint (the one interrupted is lost)
+            if checkpoint is not None and done > saved:
+                save(done)
+            raise
         out = _tail_average(programs.to_host(programs.finish(carry)))
     metrics = jax.tree.map(lambda f, *a: np.concatenate([np.expand_dims(f, axis), *a], axis=axis), first, *parts)
     return {**out, "metrics": metrics}
@@ -821,7 +831,7 @@ def run(alg: Algorithm, problem: Problem, schedule: Schedule, *, key, hparams: O
     else:
         out = _drive(_run_programs(static, hp, problem, key, ev, tg), plan, schedule, segment=segment,
                      progress=progress, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
-                     fingerprint=_fingerprint(alg, problem, schedule, static, hp, key, plan, segment, tg))
+                     fingerprint=_fingerprint(alg, problem, schedule, static, hp, key, plan, segment, tg), keys=key)
     metrics = {**_host_metrics(schedule, plan), **out["metrics"]}
     bad = int(out["bad"])
     divergence = None
@@ -910,7 +920,8 @@ def sweep(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys, hparams
     else:
         fp = _fingerprint(alg, problem, schedule, static, hp, keys, plan, segment, tg, run_batch=runs.run_batch)
         out = _drive(_sweep_programs(static, hp, problem, runs, ev, tg), plan, schedule, segment=segment,
-                     progress=progress, checkpoint=checkpoint, checkpoint_every=checkpoint_every, fingerprint=fp)
+                     progress=progress, checkpoint=checkpoint, checkpoint_every=checkpoint_every, fingerprint=fp,
+                     keys=keys)
     out = runs.unflatten(out)
     host = _host_metrics(schedule, plan)
     bad = out["bad"]

@@ -85,6 +85,22 @@ def test_interrupted_sweep_resumes_to_the_same_bits(tmp_path):
     assert _same(_fields(whole), _fields(resumed))
 
 
+def test_ctrl_c_keeps_the_segments_finished_since_the_last_checkpoint(tmp_path):
+    alg, key = algos.asgd(stepsize=0.02), jax.random.key(11)
+    path = str(tmp_path / "run.npz")
+
+    def interrupt(p: Progress):
+        if p.segment == 6:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):  # checkpoints every hour: none written before the interrupt
+        sim.run(alg, PROBLEM, SCHEDULE, key=key, segment=10, checkpoint=path, checkpoint_every=3600, progress=interrupt)
+    with np.load(path, allow_pickle=False) as f:
+        assert int(f["done"]) == 6 and int(f["events"]) == 6 * 10 * 12
+    resumed = sim.run(alg, PROBLEM, SCHEDULE, key=key, segment=10, checkpoint=path)
+    assert _same(_fields(sim.run(alg, PROBLEM, SCHEDULE, key=key)), _fields(resumed))
+
+
 def test_resume_against_another_run_is_refused_saying_what_differs(tmp_path):
     alg, key = algos.asgd(stepsize=0.02), jax.random.key(9)
     path = str(tmp_path / "run.npz")
@@ -156,5 +172,6 @@ def test_checkpoint_file_is_plain_arrays(tmp_path):
     with np.load(path, allow_pickle=False) as f:  # raises if anything needs unpickling
         assert all(f[k].dtype != object for k in f.files)
         # default: about 20 segments, ceil(101 / 20) = 6 chunks each: 17 for the first 100, 1 for the last
-        assert int(f["done"]) == 18
+        assert int(f["done"]) == 18 and int(f["events"]) == SCHEDULE.num_events
+        assert np.array_equal(f["key_data"], jax.random.key_data(jax.random.key(2)))
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".tmp")]
