@@ -1,0 +1,339 @@
+"""Real asynchrony: the same algorithms on real concurrent workers, traced, and replayed exactly.
+
+:func:`run` starts a parameter-server actor and n worker actors on Ray (``pip install
+delaylab[ray]``; ``ray.init()`` on this machine unless Ray is already initialised or an
+``address`` is given) and runs an asynchronous algorithm (one with ``apply``) on a problem:
+
+* worker i computes job k with ``alg.work`` (the same pure function the simulator batches) at the
+  point the server last handed it, with the key ``fold_in(fold_in(key, i), k)``, the keying the
+  engine uses for schedules that carry a ``job_key``;
+* the driver passes each result to the server the moment it arrives (``ray.wait``), in arrival
+  order; the server applies ``alg.apply`` (the same function again) and hands the worker its next
+  point, which goes straight to the worker's next job;
+* optional injected slowdowns (:class:`Slowdown`): a sleep added to every job of a worker, a
+  worker that stalls once for a while, a worker whose process dies at a given job. A dead worker
+  is reported (:attr:`RealResult.dead`) and the run goes on without it; it ends when
+  ``num_events`` results have been applied or no worker is left, with what it has.
+
+The run records a trace (:meth:`RealResult.write_trace`): per applied result, the worker, its job
+number, when the job started and finished on the worker, when the server applied it, the server
+version the job started from, its staleness and the job's key, plus a JSON file with the run's
+base key and its dead workers. :func:`sim.schedules.from_trace` turns it into a schedule with the
+server's order, and ``sim.run(alg, problem, schedule, key=replay_key(path))`` recomputes the
+same run in the simulator: same order, same keys, same functions, so the same final model up to
+floating-point rounding (XLA may fuse the simulator's program differently).
+
+Clocks: times are ``time.time()`` differences from the run's start, read by each process; on one
+machine they share one clock, across machines they are only as good as the machines' clock sync.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import os
+import time
+from typing import Any, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from algos.base import Algorithm, Event
+
+TRACE_COLUMNS = ("event", "worker", "job", "start", "finish", "applied", "version", "staleness", "delivered",
+                 "key0", "key1")
+
+
+@dataclasses.dataclass(frozen=True)
+class Slowdown:
+    """Injected slowness and failures.
+
+    sleep: seconds added to every job of each worker (one entry per worker), after its computation.
+    stalls: (worker, job, seconds): before job ``job``, worker ``worker`` stalls for ``seconds``.
+    deaths: (worker, job): the worker's process exits while computing job ``job`` (its result is
+      lost, and it takes no further jobs).
+    """
+
+    sleep: Sequence[float] = ()
+    stalls: Sequence[tuple] = ()
+    deaths: Sequence[tuple] = ()
+
+    def check(self, n: int) -> None:
+        if self.sleep and (len(self.sleep) != n or any(not (s >= 0) for s in self.sleep)):
+            raise ValueError(f"Slowdown.sleep needs {n} entries >= 0 (seconds per job, one per worker); got {self.sleep!r}")
+        for entry in self.stalls:
+            if len(entry) != 3 or not (0 <= int(entry[0]) < n) or int(entry[1]) < 0 or not (float(entry[2]) >= 0):
+                raise ValueError(f"Slowdown.stalls: each entry is (worker in 0..{n - 1}, job >= 0, seconds >= 0); got {entry!r}")
+        for entry in self.deaths:
+            if len(entry) != 2 or not (0 <= int(entry[0]) < n) or int(entry[1]) < 0:
+                raise ValueError(f"Slowdown.deaths: each entry is (worker in 0..{n - 1}, job >= 0); got {entry!r}")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RealResult:
+    """What a real run returns.
+
+    Attributes:
+      params: the server's final model; state: its final state.
+      trace: per applied result, arrays named as :data:`TRACE_COLUMNS`.
+      dead: (worker, seconds since the start) of every worker whose process died.
+      snapshot_time, snapshot_params: the server model after every ``log_every`` applied results
+        (and before the first), with the time the server applied the last of them.
+      wall_seconds: from the first job's dispatch to the last result's application.
+      base_key: the raw data of the run's key; key_impl: its PRNG implementation.
+      num_workers: n.
+    """
+
+    params: Any
+    state: Any
+    trace: dict
+    dead: list
+    snapshot_time: np.ndarray
+    snapshot_params: Any
+    wall_seconds: float
+    base_key: np.ndarray
+    key_impl: str
+    num_workers: int
+    algorithm: str
+
+    @property
+    def num_events(self) -> int:
+        return int(self.trace["event"].shape[0])
+
+    def write_trace(self, path: str) -> str:
+        """The trace as CSV at ``path`` and its metadata as ``path + '.json'``; returns ``path``."""
+        from sim import store
+
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(TRACE_COLUMNS)
+        for e in range(self.num_events):
+            w.writerow([repr(float(v)) if self.trace[c].dtype.kind == "f" else int(v)
+                        for c, v in ((c, self.trace[c][e]) for c in TRACE_COLUMNS)])
+        store.atomic_write(path, buf.getvalue().encode())
+        store.write_json(path + ".json", {
+            "format": "delaylab real-run trace 1", "algorithm": self.algorithm, "num_workers": self.num_workers,
+            "base_key": [int(v) for v in self.base_key], "key_impl": self.key_impl,
+            "dead": [{"worker": int(w_), "time": float(t)} for w_, t in self.dead],
+            "wall_seconds": self.wall_seconds, "columns": list(TRACE_COLUMNS)})
+        return path
+
+
+def replay_key(path: str):
+    """The key a replay of the traced real run at ``path`` must use: the run's base key, read from
+    the trace's JSON file."""
+    meta = read_trace_meta(path)
+    return jax.random.wrap_key_data(jnp.asarray(meta["base_key"], jnp.uint32), impl=meta["key_impl"])
+
+
+def read_trace_meta(path: str) -> dict:
+    meta_path = os.fspath(path) + ".json"
+    if not os.path.exists(meta_path):
+        raise FileNotFoundError(f"{meta_path!r} does not exist: a real run's trace is a CSV and a JSON beside it "
+                                "(RealResult.write_trace writes both)")
+    with open(meta_path) as fh:
+        return json.load(fh)
+
+
+# --- the actors (plain classes here; wrapped with ray.remote in run) ---------------------------
+
+
+def _time_dtype():
+    return jnp.asarray(0.0).dtype  # float64 with x64, as the engine's event times
+
+
+class _Worker:
+    def __init__(self, worker: int, work, fns, data, hparams, base_key, key_impl: str, x64: bool,
+                 sleep: float, stalls: dict, death: Optional[int]):
+        jax.config.update("jax_enable_x64", x64)
+        from sim.engine import WorkerOracle
+
+        self.worker, self.sleep, self.stalls, self.death = worker, sleep, stalls, death
+        self.hparams = hparams
+        self.base = jax.random.wrap_key_data(jnp.asarray(base_key, jnp.uint32), impl=key_impl)
+
+        def job(hparams, point, worker, key):
+            return work(hparams, point, WorkerOracle(fns, data, worker), key)
+
+        self._job = jax.jit(job)
+
+    def warm(self, point) -> None:
+        """Compile the job (before the clock starts)."""
+        with jax.threefry_partitionable(True):
+            jax.block_until_ready(self._job(self.hparams, point, jnp.asarray(self.worker, jnp.int32), self.base))
+
+    def job(self, point, k: int, t0: float):
+        if k in self.stalls:
+            time.sleep(self.stalls[k])
+        start = time.time() - t0
+        if self.death is not None and k >= self.death:
+            os._exit(1)  # an injected failure: the process dies mid-job
+        with jax.threefry_partitionable(True):  # the engine's random stream
+            key = jax.random.fold_in(jax.random.fold_in(self.base, self.worker), k)
+            msg = jax.block_until_ready(self._job(self.hparams, point, jnp.asarray(self.worker, jnp.int32), key))
+        if self.sleep:
+            time.sleep(self.sleep)
+        finish = time.time() - t0
+        return jax.tree.map(np.asarray, msg), start, finish, np.asarray(jax.random.key_data(key))
+
+
+class _Server:
+    def __init__(self, alg_fns: tuple, hparams, x0, n: int, x64: bool, log_every: int):
+        jax.config.update("jax_enable_x64", x64)
+        init, _, apply, params_of, _, point_init = alg_fns
+        self.hparams, self.n, self.log_every = hparams, n, log_every
+        self.state = init(hparams, x0, n)
+        self.params_of = params_of
+        self._start = x0 if point_init is None else point_init(hparams, x0)
+        self._apply = jax.jit(apply)
+        self.version = 0
+        self.handed = np.zeros(n, np.int64)
+        self.snapshots = [(0.0, jax.tree.map(np.asarray, params_of(self.state)))]
+
+    def start_point(self):
+        return jax.tree.map(np.asarray, self._start)
+
+    @staticmethod
+    def _event(e: int, worker: int, applied: float, staleness: int) -> Event:
+        return Event(index=jnp.asarray(e, jnp.int32), worker=jnp.asarray(worker, jnp.int32),
+                     time=jnp.asarray(applied, _time_dtype()), staleness=jnp.asarray(staleness, jnp.int32),
+                     delivered=jnp.asarray(True), tag=jnp.asarray(0, jnp.int32), round_end=jnp.asarray(False))
+
+    def warm(self, msg) -> None:
+        """Compile ``apply`` on a message of the right shape (its result is discarded)."""
+        with jax.threefry_partitionable(True):
+            jax.block_until_ready(self._apply(self.hparams, self.state, msg, self._event(0, 0, 0.0, 0)))
+
+    def apply(self, worker: int, msg, k: int, start: float, finish: float, key_data, t0: float):
+        applied = time.time() - t0
+        e = self.version
+        staleness = int(self.version - self.handed[worker])
+        event = self._event(e, worker, applied, staleness)
+        with jax.threefry_partitionable(True):
+            self.state, point, _ = self._apply(self.hparams, self.state, msg, event)
+            point = jax.block_until_ready(point)
+        row = {"event": e, "worker": worker, "job": k, "start": start, "finish": finish, "applied": applied,
+               "version": int(self.handed[worker]), "staleness": staleness, "delivered": 1,
+               "key0": int(key_data[0]), "key1": int(key_data[1])}
+        self.version += 1
+        self.handed[worker] = self.version
+        if self.version % self.log_every == 0:
+            self.snapshots.append((applied, jax.tree.map(np.asarray, self.params_of(self.state))))
+        return jax.tree.map(np.asarray, point), row
+
+    def final(self):
+        return (jax.tree.map(np.asarray, self.params_of(self.state)), jax.tree.map(np.asarray, self.state),
+                self.snapshots)
+
+
+# --- the driver ---------------------------------------------------------------------------------
+
+
+def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict] = None,
+        slowdown: Optional[Slowdown] = None, log_every: Optional[int] = None, address: Optional[str] = None,
+        timeout: float = 600.0) -> RealResult:
+    """Run ``alg`` on ``problem`` with real concurrent workers (Ray actors, one per worker).
+
+    Args:
+      alg: an asynchronous :class:`algos.Algorithm` (one with ``apply``).
+      problem: a :class:`sim.problems.Problem`; its data is shipped to every worker.
+      num_events: results to apply (fewer if every worker dies first).
+      key: the run's PRNG key; worker i's job k uses ``fold_in(fold_in(key, i), k)``.
+      hparams: overrides of ``alg.hparams``.
+      slowdown: injected sleeps, stalls and deaths (:class:`Slowdown`).
+      log_every: applied results between snapshots of the server model (default: about 50).
+      address: a Ray cluster to join (``"auto"``, or ``"ray://host:10001"``); default: the Ray
+        instance already initialised in this process, else a new local one.
+      timeout: seconds to wait for any one result before giving up on the run.
+    """
+    from sim import engine
+    from sim.problems import Problem
+
+    if not isinstance(alg, Algorithm):
+        raise TypeError(f"alg must be an algos.Algorithm; got {type(alg).__name__}")
+    if not isinstance(problem, Problem):
+        raise TypeError(f"problem must be a sim.problems.Problem; got {type(problem).__name__}")
+    if alg.apply is None:
+        raise ValueError(f"{alg.name} handles whole rounds only (no apply); the real runtime runs asynchronous algorithms")
+    if isinstance(num_events, bool) or not isinstance(num_events, (int, np.integer)) or num_events < 1:
+        raise ValueError(f"num_events must be a whole number >= 1; got {num_events!r}")
+    engine._check_key(key, batched=False)
+    if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        raise ValueError("key must be a typed key, e.g. jax.random.key(0), so that its implementation is recorded")
+    n = problem.num_workers
+    slowdown = slowdown or Slowdown()
+    slowdown.check(n)
+    if log_every is None:
+        log_every = max(1, num_events // 50)
+    try:
+        import ray
+    except ImportError:
+        raise ImportError("the real runtime needs Ray: pip install 'delaylab[ray]' (or pip install ray)") from None
+    dtype = engine._float_dtype_of(problem.x0)
+    hp, _ = engine._prepare_hparams(alg, hparams, dtype, batched=False, num_workers=n)
+    hp = jax.tree.map(np.asarray, hp)
+    x64 = bool(jax.config.jax_enable_x64)
+    base = np.asarray(jax.random.key_data(key))
+    impl = str(jax.random.key_impl(key))
+
+    if not ray.is_initialized():
+        import warnings
+
+        with warnings.catch_warnings():  # Ray starts its daemons by fork+exec: nothing of JAX runs in them
+            warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called")
+            ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                     **({} if address else {"num_cpus": max(2, os.cpu_count() or 2)}))
+    Worker = ray.remote(num_cpus=0)(_Worker)
+    Server = ray.remote(num_cpus=0)(_Server)
+    stalls = {i: {} for i in range(n)}
+    for w, k, s in slowdown.stalls:
+        stalls[int(w)][int(k)] = float(s)
+    deaths = {int(w): int(k) for w, k in slowdown.deaths}
+    data_ref = ray.put(problem.data)
+    server = Server.remote(alg.functions, hp, jax.tree.map(np.asarray, problem.x0), n, x64, log_every)
+    workers = [Worker.options(max_restarts=0).remote(
+        i, alg.work, problem.fns, data_ref, hp, base, impl, x64, float(slowdown.sleep[i]) if slowdown.sleep else 0.0,
+        stalls[i], deaths.get(i)) for i in range(n)]
+    start = ray.get(server.start_point.remote())
+    # compile everywhere before the clock starts: a worker's job, and the server's apply on a
+    # message of the shape a job returns
+    msg_like = jax.eval_shape(lambda: alg.work(hp, start, engine.WorkerOracle(problem.fns, problem.data, jnp.int32(0)),
+                                               key))
+    ray.get([w.warm.remote(start) for w in workers]
+            + [server.warm.remote(jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), msg_like))])
+    t0 = time.time()
+    pending = {workers[i].job.remote(start, 0, t0): (i, 0) for i in range(n)}
+    rows, dead = [], []
+    applied = 0
+    try:
+        while applied < num_events and pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
+            if not ready:
+                raise TimeoutError(f"no worker reported within {timeout} s; the run stopped after {applied} results")
+            i, k = pending.pop(ready[0])
+            try:
+                msg, t_start, t_finish, key_data = ray.get(ready[0])
+            except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError):
+                dead.append((i, time.time() - t0))
+                continue
+            point, row = server.apply.options(num_returns=2).remote(i, msg, k, t_start, t_finish, key_data, t0)
+            rows.append(row)
+            applied += 1
+            if applied < num_events:
+                pending[workers[i].job.remote(point, k + 1, t0)] = (i, k + 1)
+        rows = ray.get(rows)
+        params, state, snaps = ray.get(server.final.remote())
+    finally:
+        for h in [server, *workers]:
+            ray.kill(h)
+    wall = rows[-1]["applied"] if rows else 0.0
+    trace = {c: np.asarray([r[c] for r in rows], np.float64 if c in ("start", "finish", "applied") else np.int64)
+             for c in TRACE_COLUMNS}
+    times = np.asarray([t for t, _ in snaps])
+    snap_params = jax.tree.map(lambda *a: np.stack(a), *[p for _, p in snaps])
+    return RealResult(params=params, state=state, trace=trace, dead=dead, snapshot_time=times,
+                      snapshot_params=snap_params, wall_seconds=float(wall), base_key=base, key_impl=impl,
+                      num_workers=n, algorithm=alg.name)
