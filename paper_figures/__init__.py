@@ -16,5 +16,7 @@ FIGURES = {
                         "accuracy and time to target against heterogeneity, five schemes at their best step size"),
     "hetero-mitigation": ("paper_figures.hetero_mitigation",
                           "one mitigation at a time: throughput, final loss, specialisation index"),
+    "wallclock": ("paper_figures.wallclock",
+                  "a real Ray run against its exact replay and the fixed-computation model fitted to it, in seconds"),
     "r6": ("paper_figures.r6_homogeneous", "homogeneous data: Rescaled vs vanilla (noise floor τ_A/τ_H), median/IQR over seeds"),
 }

@@ -155,15 +155,20 @@ class _Worker:
         self.hparams = hparams
         self.base = jax.random.wrap_key_data(jnp.asarray(base_key, jnp.uint32), impl=key_impl)
 
-        def job(hparams, point, worker, key):
-            return work(hparams, point, WorkerOracle(fns, data, worker), key)
+        def job(hparams, point, worker, base, k):
+            key = jax.random.fold_in(jax.random.fold_in(base, worker), k)
+            return work(hparams, point, WorkerOracle(fns, data, worker), key), jax.random.key_data(key)
 
         self._job = jax.jit(job)
 
+    def _run(self, point, k: int):
+        with jax.threefry_partitionable(True):  # the engine's random stream
+            return jax.block_until_ready(self._job(self.hparams, point, jnp.asarray(self.worker, jnp.int32), self.base,
+                                                   jnp.asarray(k, jnp.int32)))
+
     def warm(self, point) -> None:
-        """Compile the job (before the clock starts)."""
-        with jax.threefry_partitionable(True):
-            jax.block_until_ready(self._job(self.hparams, point, jnp.asarray(self.worker, jnp.int32), self.base))
+        """Compile the job, key derivation included (before the clock starts)."""
+        self._run(point, 0)
 
     def job(self, point, k: int, t0: float):
         if k in self.stalls:
@@ -171,13 +176,11 @@ class _Worker:
         start = time.time() - t0
         if self.death is not None and k >= self.death:
             os._exit(1)  # an injected failure: the process dies mid-job
-        with jax.threefry_partitionable(True):  # the engine's random stream
-            key = jax.random.fold_in(jax.random.fold_in(self.base, self.worker), k)
-            msg = jax.block_until_ready(self._job(self.hparams, point, jnp.asarray(self.worker, jnp.int32), key))
+        msg, key_data = self._run(point, k)
         if self.sleep:
             time.sleep(self.sleep)
         finish = time.time() - t0
-        return jax.tree.map(np.asarray, msg), start, finish, np.asarray(jax.random.key_data(key))
+        return jax.tree.map(np.asarray, msg), start, finish, np.asarray(key_data)
 
 
 class _Server:
