@@ -1,6 +1,7 @@
-"""The virtual cluster: schedules, problems, the event engine and sweeps."""
+"""The virtual cluster: schedules, problems, the event engine and sweeps; ``sim.real`` runs the
+same algorithms on real workers (Ray) and records traces the engine replays."""
 
-from sim import problems, schedules
+from sim import problems, real, schedules
 from sim.engine import Divergence, RunResult, run, sweep
 
-__all__ = ["Divergence", "RunResult", "problems", "run", "schedules", "sweep"]
+__all__ = ["Divergence", "RunResult", "problems", "real", "run", "schedules", "sweep"]
