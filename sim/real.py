@@ -43,8 +43,10 @@ import numpy as np
 
 from algos.base import Algorithm, Event
 
-TRACE_COLUMNS = ("event", "worker", "job", "start", "finish", "applied", "version", "staleness", "delivered",
-                 "key0", "key1")
+# "duration" (finish − start) makes the trace readable by sim.schedules.read_trace as well, as a
+# table of job durations (for timing models fitted to a real run)
+TRACE_COLUMNS = ("event", "worker", "job", "start", "finish", "duration", "applied", "version", "staleness",
+                 "delivered", "key0", "key1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +80,8 @@ class RealResult:
 
     Attributes:
       params: the server's final model; state: its final state.
-      trace: per applied result, arrays named as :data:`TRACE_COLUMNS`.
+      trace: per applied result, arrays named as :data:`TRACE_COLUMNS` (times in seconds since the
+        clock started, after every actor compiled).
       dead: (worker, seconds since the start) of every worker whose process died.
       snapshot_time, snapshot_params: the server model after every ``log_every`` applied results
         (and before the first), with the time the server applied the last of them.
@@ -334,7 +337,8 @@ def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict
             ray.kill(h)
     wall = rows[-1]["applied"] if rows else 0.0
     trace = {c: np.asarray([r[c] for r in rows], np.float64 if c in ("start", "finish", "applied") else np.int64)
-             for c in TRACE_COLUMNS}
+             for c in TRACE_COLUMNS if c != "duration"}
+    trace["duration"] = trace["finish"] - trace["start"]
     times = np.asarray([t for t, _ in snaps])
     snap_params = jax.tree.map(lambda *a: np.stack(a), *[p for _, p in snaps])
     return RealResult(params=params, state=state, trace=trace, dead=dead, snapshot_time=times,

@@ -54,8 +54,11 @@ def test_quadratic_real_run_replays_exactly(tmp_path):
     err = _rel(rep.params, res.params)
     print(f"quadratic: replay vs real final model, relative difference {err:.2e} (tolerance 1e-6)")
     assert err <= 1e-6
-    # the server's snapshots against the replay's logged distance to the optimum at the same events
-    assert res.snapshot_time.shape[0] == res.snapshot_params.shape[0] == 51
+    assert res.snapshot_time.shape[0] == res.snapshot_params.shape[0] == 51  # before the first, then every 6
+    # the same file read as a table of job durations (sim.schedules.read_trace)
+    timing = schedules.read_trace(str(tmp_path / "trace.csv"))
+    assert [len(d) for d in timing.table] == np.bincount(res.trace["worker"], minlength=4).tolist()
+    assert np.allclose(timing.table[3], res.trace["duration"][res.trace["worker"] == 3])
 
 
 def test_logistic_real_run_with_a_stall_and_a_death_replays_exactly(tmp_path):
