@@ -57,8 +57,9 @@ def _run_parser(sub) -> None:
     g = r.add_argument_group("settings (each overrides CONFIG)")
     for name, cls in C.flag_fields():
         field = name.split(".")[-1]
+        text = C.field_help(cls).get(field, "")
         g.add_argument(f"--{name}", dest=f"set:{name}", default=None, metavar=field.upper(),
-                       help=f"default {getattr(cls(), field)!r}")
+                       help=(text + " " if text else "") + f"(default {getattr(cls(), field)!r})")
 
 
 def _cmd_run(args) -> int:

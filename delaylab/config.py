@@ -24,19 +24,21 @@ NOISES = ("none", "exponential", "lognormal", "uniform", "halfnormal")
 
 @dataclasses.dataclass(frozen=True)
 class ProblemConfig:
-    """The problem (each worker samples only its own data).
+    """The problem (each worker samples only its own data). One line per field (the flags' help):
 
-    kind: "quadratic" (random heterogeneous quadratics, closed-form optimum), "logistic"
-      (synthetic logistic regression, full local batches) or "mlp" (an MLP on the MNIST-format
-      data :func:`sim.data.load_mnist_format` finds, i.i.d. shards).
-    workers: n. dim: parameters (quadratic), features (logistic); unused by the MLP.
-    condition, spread, diagonal: the quadratics' eigenvalue range [1, condition], the spread of
-      their minimisers, diagonal curvature.
-    noise: gradient noise σ (quadratic).
-    samples: examples per worker (logistic), training images in all (mlp).
-    heterogeneity, l2: logistic regression's between-worker shift and ridge term.
-    hidden, batch: the MLP's hidden width and minibatch size.
-    seed: the problem's random seed.
+    kind: "quadratic" (closed-form optimum), "logistic" (synthetic, full local batches) or "mlp" (MNIST-format data, i.i.d. shards)
+    workers: the number of workers n
+    dim: parameters (quadratic) or features (logistic); the MLP ignores it
+    condition: the quadratics' eigenvalues lie in [1, condition]
+    spread: the spread of the quadratics' minimisers across workers
+    diagonal: diagonal curvature (quadratic)
+    noise: gradient noise σ (quadratic)
+    samples: examples per worker (logistic) or training images in all (mlp)
+    heterogeneity: logistic regression's shift between workers' distributions
+    l2: logistic regression's ridge term λ
+    hidden: the MLP's hidden width
+    batch: the MLP's minibatch size
+    seed: the problem's random seed
     """
 
     kind: str = "quadratic"
@@ -56,15 +58,15 @@ class ProblemConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ScheduleConfig:
-    """The virtual cluster's timing.
+    """The virtual cluster's timing. One line per field (the flags' help):
 
-    policy: "async" (a worker restarts the moment it reports) or "sync" (barrier rounds).
-    taus: mean job duration τ_i per worker (as many as the problem has workers).
-    noise: "none" (every job takes τ_i) or the distribution of the extra time η of each job.
-    scale: η's scale.
-    events: arrivals in all (sync: rounds = events / workers).
-    failures: the probability that a result is lost.
-    seed: the timing's random seed (durations, failures).
+    policy: "async" (a worker restarts the moment it reports) or "sync" (barrier rounds)
+    taus: mean job duration τ_i of each worker, as many as the problem has workers
+    noise: "none" (every job takes τ_i) or the distribution of each job's extra time: exponential, lognormal, uniform, halfnormal
+    scale: the extra time's scale
+    events: arrivals in all (sync: rounds = events / workers)
+    failures: the probability that a result is lost
+    seed: the timing's random seed (durations, failures)
     """
 
     policy: str = "async"
@@ -78,16 +80,17 @@ class ScheduleConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    """A run (or a sweep).
+    """A run (or a sweep). One line per field (the flags' help):
 
-    name: a label (the default output folder is out/runs/NAME).
-    algorithm: a name from ``delaylab.registry.ALGORITHMS``.
-    stepsize: γ, or several (a sweep over them).
-    seed: the base PRNG seed; seeds: runs per step size (keys split from the base seed).
-    log_every: events per log point (0: about 100 log points).
-    segment: log points per compiled segment (0: about 20 segments).
-    checkpoint_every: seconds between checkpoints (0: after every segment).
-    x64: float64 (the problems' default dtype follows it).
+    name: a label; the default output folder is out/runs/NAME
+    algorithm: a name from delaylab/registry.py (asgd, rescaled_asgd, malenia_sgd, ...)
+    stepsize: the step size γ, or several: a sweep over them
+    seed: the base PRNG seed
+    seeds: runs per step size (keys split from the base seed); more than 1 makes a sweep
+    log_every: events per log point (0: about 100 log points)
+    segment: log points per compiled segment (0: about 20 segments)
+    checkpoint_every: seconds between checkpoints (0: after every segment)
+    x64: float64 (the problems' dtype follows it)
     """
 
     name: str = "run"
@@ -254,6 +257,19 @@ def to_toml(cfg: RunConfig) -> str:
     for table in ("problem", "schedule"):
         lines += ["", f"[{table}]"] + [f"{k} = {_toml_value(v)}" for k, v in d[table].items()]
     return "\n".join(lines) + "\n"
+
+
+def field_help(cls) -> dict:
+    """Each field's description, from the class docstring's "name[, name]: text" lines (first line)."""
+    import re
+
+    out = {}
+    for line in (cls.__doc__ or "").splitlines():
+        m = re.match(r"^\s{4}([a-z_0-9]+(?:, [a-z_0-9]+)*): (.+)$", line)
+        if m:
+            for name in m.group(1).split(", "):
+                out[name] = m.group(2).rstrip()
+    return out
 
 
 def flag_fields() -> list[tuple[str, Any]]:

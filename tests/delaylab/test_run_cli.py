@@ -140,3 +140,8 @@ def test_config_round_trips_through_toml_and_flags():
         C.from_dict({"problem": {"dims": 3}})
     with pytest.raises(AttributeError):
         cfg.seed = 3  # frozen
+    import dataclasses
+
+    for cls in (C.RunConfig, C.ProblemConfig, C.ScheduleConfig):  # every flag has its help line
+        fields = {f.name for f in dataclasses.fields(cls)} - {"problem", "schedule"}
+        assert set(C.field_help(cls)) == fields, cls.__name__
