@@ -860,7 +860,9 @@ class _SweepRuns:
         self.S = data.shape[0]
         self.R = self.H * self.S
         D = self.mesh.size
-        self.run_batch = parallel.padded_size(self.R, D) // D if run_batch is None else run_batch
+        if run_batch is None:  # the width a sweep over all of this machine's devices gives each
+            run_batch = parallel.default_run_batch(self.R)
+        self.run_batch = run_batch
         self.padded = size = parallel.padded_size(self.R, D * self.run_batch)
         flat_h = {k: np.repeat(np.asarray(v), self.S, axis=0) for k, v in hp.items()}
         flat_k = np.tile(data, (self.H,) + (1,) * (data.ndim - 1))
@@ -888,10 +890,11 @@ def sweep(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys, hparams
         host's where ``jax.distributed`` is initialised); see :mod:`sim.parallel`. The H × S runs
         are split evenly, the last one repeated to fill the last device (and dropped after).
       run_batch: how many runs a device batches at once; it takes its runs in groups of this
-        many, one group after another. Default: all of its runs at once (fastest). XLA chooses
-        kernels by batch width, so results agree across device counts to floating-point rounding
-        by default, and bit for bit when ``run_batch`` is given (the same groups on any number
-        of devices of one kind).
+        many, one group after another. XLA chooses kernels by batch width, so the width, not the
+        number of devices, decides the last bits. Default: ⌈runs / jax.device_count()⌉, the share
+        of each device when all of them are used, so a sweep gives the same bits on all of this
+        machine's devices or on any subset of them; on a machine with one device, all runs at
+        once. Give it to get the same bits across machines with different device counts.
       segment, progress, checkpoint, checkpoint_every: as in :func:`run` (the progress reports
         the median loss over the runs; a checkpoint holds every run's state).
       Other arguments as in :func:`run`.

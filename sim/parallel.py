@@ -2,9 +2,10 @@
 
 A sweep's runs (hyperparameter values × seeds, flattened to one axis, hyperparameter-major) are
 independent, so they are split over a one-axis device mesh (axis name ``"runs"``) with
-``jax.shard_map``; the problem's data, the schedule and the plan are replicated. Each device
-batches its share of the runs exactly as a single device batches all of them (``vmap`` or
-``lax.map``, :func:`sim.sweep`'s ``runs``).
+``jax.shard_map``; the problem's data, the schedule and the plan are replicated. Each device takes
+its share in groups of ``run_batch`` runs, one group after another, each group batched (``vmap``,
+or ``lax.map`` with :func:`sim.sweep`'s ``runs="map"``): the group width, not the number of
+devices, decides the arithmetic (:func:`default_run_batch`).
 
 When the number of runs does not divide the number of devices, the last run is repeated up to the
 next multiple and the copies are dropped from the result. With ``jax.distributed.initialize()``
@@ -31,6 +32,14 @@ def mesh(devices: Optional[Sequence] = None) -> Mesh:
     if len({d.platform for d in devs}) != 1:
         raise ValueError(f"devices: all must be of one platform; got {sorted({d.platform for d in devs})}")
     return Mesh(np.asarray(devs, dtype=object), (AXIS,))
+
+
+def default_run_batch(runs: int) -> int:
+    """How many runs each device batches at once by default: its share when the runs are spread
+    over every device (``jax.device_count()``, all hosts'). The width decides the bits (XLA picks
+    kernels by batch width), so tying it to the machine rather than to the devices a sweep uses
+    makes a sweep on any subset of the devices match one on all of them, bit for bit."""
+    return max(1, -(-runs // jax.device_count()))
 
 
 def padded_size(runs: int, num_devices: int) -> int:

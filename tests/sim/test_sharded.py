@@ -40,15 +40,22 @@ SCRIPT = textwrap.dedent("""
     keys = jax.random.split(jax.random.key(0), 5)
     hp = {"stepsize": [0.1, 0.3, 0.5]}  # 3 x 5 = 15 runs: not a multiple of 8
     alg = algos.asgd(stepsize=0.1)
-    a = sim.sweep(alg, prob, sched, keys=keys, hparams=hp, devices=one, run_batch=2)
-    b = sim.sweep(alg, prob, sched, keys=keys, hparams=hp, devices=eight, run_batch=2)
+    # defaults: each device batches ceil(15 / 8) = 2 runs at a time, on one device or on eight
+    a = sim.sweep(alg, prob, sched, keys=keys, hparams=hp, devices=one)
+    b = sim.sweep(alg, prob, sched, keys=keys, hparams=hp, devices=eight)
     out["mlp_shape"] = list(np.shape(b.metrics["loss"]))
-    out["mlp_pinned_bits"] = same(fields(a), fields(b))
+    out["mlp_default_bits"] = same(fields(a), fields(b))
+    # a width given explicitly: the same on one device and on eight
+    a4 = sim.sweep(alg, prob, sched, keys=keys, hparams=hp, devices=one, run_batch=4)
+    b4 = sim.sweep(alg, prob, sched, keys=keys, hparams=hp, devices=eight, run_batch=4)
+    out["mlp_pinned_bits"] = same(fields(a4), fields(b4))
+    # ... and a different width changes the last bits (why the width is pinned at all)
+    out["mlp_width_matters"] = not same(fields(a), fields(a4))
     # the padded runs were dropped, not mixed in: every run differs from the last one
     last = np.asarray(b.metrics["loss"])[-1, -1]
     out["mlp_runs_distinct"] = int(sum(np.array_equal(np.asarray(b.metrics["loss"])[h, s], last)
                                        for h in range(3) for s in range(5)))
-    # one run of the sweep, run alone on one device in a sweep of its own, batched the same way
+    # one run of the sweep, alone in a sweep of its own batched 2 wide (with the padding copy)
     c = sim.sweep(alg, prob, sched, keys=keys[2:3], hparams={"stepsize": [0.3]}, devices=one, run_batch=2)
     out["mlp_single_run"] = bool(np.array_equal(np.asarray(c.metrics["loss"])[0, 0], np.asarray(b.metrics["loss"])[1, 2]))
     # runs one after another (runs="map"): no batch width at all, bit-identical by default
@@ -56,22 +63,24 @@ SCRIPT = textwrap.dedent("""
     b = sim.sweep(alg, prob, sched, keys=keys[:3], hparams=hp, devices=eight, runs="map")
     out["mlp_map_bits"] = same(fields(a), fields(b))
 
-    # float64 quadratic, default run_batch (all of a device's runs at once): within rounding
+    # float64 quadratic: this machine's default (2 wide) against a one-device machine's (all 15 at
+    # once): the same to rounding
     q = sim.problems.random_quadratic(4, 5, condition=4.0, spread=2.0, noise=0.5, seed=1)
     qs = schedules.fixed_computation([1.0, 2.0, 3.0, 4.0], num_events=800)
-    qa = sim.sweep(algos.asgd(stepsize=0.02), q, qs, keys=keys, hparams={"stepsize": [0.01, 0.02, 0.03]}, devices=one)
+    qa = sim.sweep(algos.asgd(stepsize=0.02), q, qs, keys=keys, hparams={"stepsize": [0.01, 0.02, 0.03]}, devices=one,
+                   run_batch=15)
     qb = sim.sweep(algos.asgd(stepsize=0.02), q, qs, keys=keys, hparams={"stepsize": [0.01, 0.02, 0.03]}, devices=eight)
     out["quad_default_rel"] = float(np.max(np.abs(qa.params - qb.params)) / np.max(np.abs(qa.params)))
 
-    # a sweep in segments on 8 devices, stopped after 2 segments, resumed on 1 device with the
-    # same run_batch: the same bits as an uninterrupted run on 8
+    # a sweep in segments on 8 devices, stopped after 2 segments, resumed on 1 device: the same
+    # bits as an uninterrupted run on 8
     class Stop(Exception):
         pass
 
     def stop(p):
         if p.segment == 2:
             raise Stop
-    kw = dict(keys=keys, hparams=hp, run_batch=2, segment=20)
+    kw = dict(keys=keys, hparams=hp, segment=20)
     whole = sim.sweep(alg, prob, sched, devices=eight, **kw)
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "c.npz")
@@ -102,14 +111,16 @@ def test_eight_emulated_devices(result):
 def test_sweep_on_eight_devices_is_bit_identical_to_one_device(result):
     # 15 runs (3 step sizes x 5 seeds) over 8 devices: padded to 16, the copy dropped
     assert result["mlp_shape"] == [3, 5, 101]  # 300 events, a log point every 3
+    assert result["mlp_default_bits"]
     assert result["mlp_pinned_bits"]
+    assert result["mlp_width_matters"]
     assert result["mlp_runs_distinct"] == 1  # only the last run equals itself
     assert result["mlp_single_run"]
     assert result["mlp_map_bits"]
 
 
-def test_default_batching_agrees_to_rounding(result):
-    print(f"quadratic, float64, default run_batch: max relative difference 1 vs 8 devices "
+def test_other_batch_widths_agree_to_rounding(result):
+    print(f"quadratic, float64, run_batch 2 (8 devices) against 15 (1 device): max relative difference "
           f"{result['quad_default_rel']:.2e} (tolerance 1e-12)")
     assert result["quad_default_rel"] < 1e-12
 
