@@ -175,3 +175,13 @@ def test_checkpoint_file_is_plain_arrays(tmp_path):
         assert int(f["done"]) == 18 and int(f["events"]) == SCHEDULE.num_events
         assert np.array_equal(f["key_data"], jax.random.key_data(jax.random.key(2)))
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".tmp")]
+
+
+def test_a_finished_checkpoint_returns_the_same_result_without_running(tmp_path):
+    alg, key = algos.asgd(stepsize=0.02), jax.random.key(12)
+    path = str(tmp_path / "run.npz")
+    first = sim.run(alg, PROBLEM, SCHEDULE, key=key, checkpoint=path)
+    seen = []
+    again = sim.run(alg, PROBLEM, SCHEDULE, key=key, checkpoint=path, progress=seen.append)
+    assert seen == []  # nothing left to run
+    assert _same(_fields(first), _fields(again))
