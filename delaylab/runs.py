@@ -135,11 +135,7 @@ def execute(cfg: C.RunConfig, folder: str, *, resume: bool = False, quiet: bool 
     if cfg.is_sweep:
         store.write_csv(os.path.join(folder, "metrics.csv"), _sweep_csv_rows(metrics, cfg.stepsize))
     final = {**_flatten_tree(result.params, "params"), **_flatten_tree(result.tail_average, "tail_average")}
-    import io
-
-    buf = io.BytesIO()
-    np.savez(buf, **final)
-    store.atomic_write(os.path.join(folder, "final.npz"), buf.getvalue())
+    store.write_npz(os.path.join(folder, "final.npz"), final)
     loss = np.asarray(metrics["loss"], np.float64)
     summary = {
         "status": "complete",

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
 import json
 import os
 from typing import Any
@@ -92,9 +91,7 @@ def save(path: str, *, carry, first, metrics, done: int, fingerprint: dict, even
     arrays.update(_leaves("carry/", carry))
     arrays.update(_leaves("first/", first))
     arrays.update(_leaves("metrics/", metrics))
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    store.atomic_write(path, buf.getvalue())
+    store.write_npz(path, arrays)
 
 
 def read_fingerprint(path: str) -> dict:

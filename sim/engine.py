@@ -284,7 +284,8 @@ def _machine(static: _Static, hparams, data, x0, key, ev, targets) -> _Machine:
 
 
 def _plan_parts(plan_events) -> list:
-    """[(plan, padded)] in order: the chunks without padding slots, then the rest."""
+    """[(plan, padded)] in order: the chunks without padding slots, then the rest (empty parts
+    left out). ``plan_events`` is :func:`_split_plan`'s pair, as device or NumPy arrays."""
     clean, ragged = plan_events
     return [(p, False) for p in clean if p.shape[0]] + ([(ragged, True)] if ragged.shape[0] else [])
 
@@ -394,7 +395,6 @@ def _advance_impl(static, padded, hparams, data, x0, key, ev, targets, carry, pl
 
 _start_jit = jax.jit(_start_impl, static_argnums=0)
 _advance_jit = jax.jit(_advance_impl, static_argnums=(0, 1))
-_finish_jit = jax.jit(lambda carry: _finish(carry, None))
 
 
 def _sweep_start_impl(static, mesh, run_batch, key_impl, hparams, data, x0, keys, ev, targets):
@@ -414,19 +414,17 @@ def _sweep_advance_impl(static, mesh, run_batch, key_impl, padded, hparams, data
 
 _sweep_start_jit = jax.jit(_sweep_start_impl, static_argnums=(0, 1, 2, 3))
 _sweep_advance_jit = jax.jit(_sweep_advance_impl, static_argnums=(0, 1, 2, 3, 4))
-_sweep_finish_jit = jax.jit(jax.vmap(lambda carry: _finish(carry, None)))
 
 
 @dataclasses.dataclass
 class _Programs:
     """A run's or a sweep's compiled pieces, bound to its inputs: ``start() -> (carry, first)``,
-    ``advance(carry, plan, padded) -> (carry, metrics)``, ``finish(carry)``; ``to_host`` and
+    ``advance(carry, plan, padded) -> (carry, metrics)``; ``to_host`` and
     ``from_host`` move a carry (or metrics) between its device form and the NumPy form a
     checkpoint holds (a sweep's padding runs dropped); ``log_axis`` is the metrics' log axis."""
 
     start: Any
     advance: Any
-    finish: Any
     to_host: Any
     from_host: Any
     log_axis: int
@@ -444,7 +442,7 @@ def _run_programs(static, hp, problem, key, ev, tg) -> _Programs:
     return _Programs(
         start=lambda: _start_jit(static, hp, *shared),
         advance=lambda c, plan, padded: _advance_jit(static, padded, hp, *shared, c, plan),
-        finish=_finish_jit, to_host=_to_numpy, from_host=lambda t: t, log_axis=0)
+        to_host=_to_numpy, from_host=lambda t: t, log_axis=0)
 
 
 def _sweep_programs(static, hp, problem, runs: "_SweepRuns", ev, tg) -> _Programs:
@@ -463,7 +461,7 @@ def _sweep_programs(static, hp, problem, runs: "_SweepRuns", ev, tg) -> _Program
         start=lambda: _sweep_start_jit(*head, runs.hparams, data, x0, runs.keys, ev, tg),
         advance=lambda c, plan, padded: _sweep_advance_jit(*head, padded, runs.hparams, data, x0, runs.keys, ev, tg, c,
                                                            parallel.replicate(plan, runs.mesh)),
-        finish=_sweep_finish_jit, to_host=to_host, from_host=from_host, log_axis=1, runs=runs.R)
+        to_host=to_host, from_host=from_host, log_axis=1, runs=runs.R)
 
 
 def _drive(programs: _Programs, plan: BlockPlan, schedule: Schedule, *, segment: int, progress, checkpoint,
@@ -521,7 +519,7 @@ def _drive(programs: _Programs, plan: BlockPlan, schedule: Schedule, *, segment:
             if checkpoint is not None and done > saved:
                 save(done)
             raise
-        out = _tail_average(programs.to_host(programs.finish(carry)))
+        out = _tail_average(programs.to_host(_finish(carry, None)))
     metrics = jax.tree.map(lambda f, *a: np.concatenate([np.expand_dims(f, axis), *a], axis=axis), first, *parts)
     return {**out, "metrics": metrics}
 
@@ -741,9 +739,8 @@ def _segments(plan: BlockPlan, size: int) -> list[tuple[np.ndarray, bool, int]]:
     """The plan cut into segments of at most ``size`` chunks (never across a part boundary of
     :func:`_split_plan_np`): per segment, (its chunks, whether they hold padding, the index of its
     last chunk in the plan)."""
-    clean, rest = _split_plan_np(plan)
     out, c0 = [], 0
-    for part, padded in [(p, False) for p in clean] + [(rest, True)]:
+    for part, padded in _plan_parts(_split_plan_np(plan)):
         for a in range(0, part.shape[0], size):
             piece = part[a : a + size]
             out.append((piece, padded, c0 + a + piece.shape[0] - 1))

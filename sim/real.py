@@ -29,9 +29,7 @@ machine they share one clock, across machines they are only as good as the machi
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import json
 import os
 import time
@@ -110,13 +108,8 @@ class RealResult:
         """The trace as CSV at ``path`` and its metadata as ``path + '.json'``; returns ``path``."""
         from sim import store
 
-        buf = io.StringIO()
-        w = csv.writer(buf)
-        w.writerow(TRACE_COLUMNS)
-        for e in range(self.num_events):
-            w.writerow([repr(float(v)) if self.trace[c].dtype.kind == "f" else int(v)
-                        for c, v in ((c, self.trace[c][e]) for c in TRACE_COLUMNS)])
-        store.atomic_write(path, buf.getvalue().encode())
+        store.write_csv(path, [{c: self.trace[c][e].item() for c in TRACE_COLUMNS} for e in range(self.num_events)],
+                        fieldnames=TRACE_COLUMNS)
         store.write_json(path + ".json", {
             "format": "delaylab real-run trace 1", "algorithm": self.algorithm, "num_workers": self.num_workers,
             "base_key": [int(v) for v in self.base_key], "key_impl": self.key_impl,

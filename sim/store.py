@@ -87,21 +87,29 @@ def write_json(path: str, obj) -> None:
     atomic_write(path, (json.dumps(_jsonable(obj), indent=2, allow_nan=True) + "\n").encode())
 
 
-def write_csv(path: str, rows: list[dict]) -> None:
+def write_csv(path: str, rows: list[dict], *, fieldnames=None) -> None:
+    """``rows`` as CSV; ``fieldnames`` (default: the first row's keys) also gives an empty table
+    its header."""
     buf = io.StringIO()
-    if rows:
-        writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    names = list(fieldnames) if fieldnames is not None else (list(rows[0]) if rows else None)
+    if names:
+        writer = csv.DictWriter(buf, fieldnames=names)
         writer.writeheader()
         writer.writerows(rows)
     atomic_write(path, buf.getvalue().encode())
 
 
+def write_npz(path: str, arrays: Mapping[str, np.ndarray]) -> None:
+    """An uncompressed ``.npz`` of ``arrays``, written atomically."""
+    buf = io.BytesIO()
+    np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()})
+    atomic_write(path, buf.getvalue())
+
+
 def write_metrics(folder: str, metrics: Mapping[str, np.ndarray], *, name: str = "metrics") -> None:
     """``<name>.npz`` with every array, ``<name>.csv`` with the 1-D series of equal length."""
     arrays = {k: np.asarray(v) for k, v in metrics.items()}
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    atomic_write(os.path.join(folder, f"{name}.npz"), buf.getvalue())
+    write_npz(os.path.join(folder, f"{name}.npz"), arrays)
     series = {k: v for k, v in arrays.items() if v.ndim == 1}
     if series:
         length = max(v.shape[0] for v in series.values())
