@@ -859,6 +859,8 @@ class _SweepRuns:
         D = self.mesh.size
         if run_batch is None:  # the width a sweep over all of this machine's devices gives each
             run_batch = parallel.default_run_batch(self.R)
+        elif isinstance(run_batch, bool) or not isinstance(run_batch, (int, np.integer)) or run_batch < 1:
+            raise ValueError(f"run_batch must be a whole number of runs >= 1 (this sweep has {self.R}); got {run_batch!r}")
         self.run_batch = run_batch
         self.padded = size = parallel.padded_size(self.R, D * self.run_batch)
         flat_h = {k: np.repeat(np.asarray(v), self.S, axis=0) for k, v in hp.items()}

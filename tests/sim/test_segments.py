@@ -185,3 +185,10 @@ def test_a_finished_checkpoint_returns_the_same_result_without_running(tmp_path)
     again = sim.run(alg, PROBLEM, SCHEDULE, key=key, checkpoint=path, progress=seen.append)
     assert seen == []  # nothing left to run
     assert _same(_fields(first), _fields(again))
+
+
+@pytest.mark.parametrize("run_batch", [0, -2, 1.5, True])
+def test_bad_run_batch_is_refused_before_compiling(run_batch):
+    with pytest.raises(ValueError, match="run_batch must be a whole number of runs >= 1"):
+        sim.sweep(algos.asgd(stepsize=0.02), PROBLEM, SCHEDULE, keys=jax.random.split(jax.random.key(1), 2),
+                  run_batch=run_batch)
