@@ -12,35 +12,27 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	touch $(STAMP)
 
-demo: $(STAMP) native
+demo: $(STAMP)
 	$(BIN)/delaylab verify --out out/verify
 
-# The suite runs as two processes side by side: the figure and CLI tests (tests/delaylab, but for
-# `delaylab run`'s, which mostly wait on subprocesses), and the rest, folder by folder. Why: in one process for the whole suite XLA's CPU compiler crashed
-# (a segmentation fault while compiling a small program, about 200 tests in; each folder alone
-# passes); and most of the time goes to compiling, one core per compile, so two processes use
-# both cores of a CI machine. The figure tests' output is shown when they end.
-test: $(STAMP) native
-	@$(BIN)/python -m pytest -q -p no:cacheprovider tests/delaylab --ignore=tests/delaylab/test_run_cli.py \
-	  > .pytest-delaylab.log 2>&1 & figs=$$!; \
-	$(BIN)/python -m pytest -q tests/algos tests/theory; a=$$?; \
-	$(BIN)/python -m pytest -q tests/sim tests/notebooks tests/delaylab/test_run_cli.py; b=$$?; \
-	wait $$figs; c=$$?; echo "--- tests/delaylab ---"; cat .pytest-delaylab.log; rm -f .pytest-delaylab.log; \
-	test $$a -eq 0 -a $$b -eq 0 -a $$c -eq 0
+# The whole suite on every core (pytest-xdist; at most 4 processes: each holds its own JAX runtime
+# and compiles on one core). A fresh machine needs nothing beyond Python: the tests that need
+# Debian's Fashion-MNIST or the native convolution skip, saying why (.ci/run installs both).
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 tests
 
-# The CNN's native convolution (sim/native): oneDNN through jax.ffi. Needs a C++ compiler and
-# Debian's libdnnl-dev (.ci/run installs it); without them the CNN falls back to im2col.
+# Opt-in: the CNN's native convolution (sim/native): oneDNN through jax.ffi. Needs a C++ compiler and
+# Debian's libdnnl-dev (.ci/run installs both and builds it); without it the CNN uses im2col.
 CXX ?= g++
 NATIVE_LIB := sim/native/libdelaylab_conv.so
 native: $(NATIVE_LIB)
 $(NATIVE_LIB): sim/native/conv_dnnl.cc $(STAMP)
-	@if [ -f /usr/include/oneapi/dnnl/dnnl.hpp ] && command -v $(CXX) >/dev/null; then \
-	  echo "building $@"; \
-	  $(CXX) -O2 -std=c++17 -shared -fPIC -isystem "$$($(BIN)/python -c 'import jax.ffi; print(jax.ffi.include_dir())')" \
-	    $< -o $@ -ldnnl; \
-	else \
-	  echo "note: no oneDNN headers (apt-get install libdnnl-dev) or no $(CXX): the CNN's convolutions use im2col" >&2; \
+	@if [ ! -f /usr/include/oneapi/dnnl/dnnl.hpp ] || ! command -v $(CXX) >/dev/null; then \
+	  echo "make native needs oneDNN's headers and a C++ compiler (Debian: apt-get install libdnnl-dev g++)" >&2; \
+	  exit 1; \
 	fi
+	$(CXX) -O2 -std=c++17 -shared -fPIC -isystem "$$($(BIN)/python -c 'import jax.ffi; print(jax.ffi.include_dir())')" \
+	  $< -o $@ -ldnnl
 
 # Optional: Debian's Fashion-MNIST (the data loader falls back to scikit-learn's digits without it).
 data:

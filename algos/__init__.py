@@ -20,7 +20,8 @@ from algos.base import Algorithm, Event, gradient_work
 from algos.fedstrag import fedstrag, fedstrag_history
 from algos.mitigation import fedasync, hierarchical_sgd, staleness_weight, staleness_weighted_asgd
 from algos.grouped import groups_by_speed, gsp
-from algos.local import async_local_sgd, dylu_local_steps, local_adamw_work, local_sgd_work
+from algos.async_local import async_local_sgd, dylu_local_steps, local_adamw_work, local_sgd_work
+from algos.local_steps import LocalSteps
 from algos.periodic import a_edit_local_steps, dpro_sm_like_local_steps, edit, fedshift, local_sgd, palsgd
 from algos.rounds import malenia_sgd, point_and_gradient_work, rennala_sgd, ringleader_asgd
 from algos.sync import minibatch_sgd
@@ -37,6 +38,7 @@ __all__ = [
     "async_local_sgd",
     "fedstrag",
     "fedstrag_history",
+    "LocalSteps",
     "local_sgd_work",
     "local_adamw_work",
     "dylu_local_steps",

@@ -42,3 +42,17 @@ def stepsize_only(name: str):
         check_stepsize(name, hparams["stepsize"])
 
     return validate
+
+
+def check_int_hparam(name: str, hparams, arg: str, minimum: int = 1) -> None:
+    """A hyperparameter that must be whole numbers >= ``minimum`` (a sweep axis is allowed)."""
+    v = np.asarray(hparams[arg])
+    if v.dtype == bool or not (np.issubdtype(v.dtype, np.integer) or np.all(np.mod(v, 1) == 0)) or np.any(v < minimum):
+        raise ValueError(f"{name}: {arg} must be an integer >= {minimum}; got {_show(np.asarray(v, np.float64))}")
+
+
+def check_int(name: str, arg: str, value, minimum: int = 1) -> int:
+    """A whole number >= ``minimum`` (bools refused); returned as ``int``."""
+    if isinstance(value, bool) or int(value) != value or value < minimum:
+        raise ValueError(f"{name}: {arg} must be an integer >= {minimum}; got {value!r}")
+    return int(value)

@@ -31,11 +31,14 @@ kernels (2-D) and biases (1-D) are never averaged. Outside the simulator::
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import optax
+
+from algos.local_steps import OptaxRecipe
 
 # The spatial axes of a convolution kernel of each layout, by the kernel's number of dimensions.
 LAYOUTS = {
@@ -110,12 +113,15 @@ class AdaHessianState(NamedTuple):
 
 
 def _check_hyper(learning_rate, b1, b2, eps, hessian_power, weight_decay) -> None:
+    """Host-side checks; a traced learning rate (a sweepable hyperparameter) is checked where it
+    is given, not here."""
     for name, v, lo, hi in (("b1", b1, 0.0, 1.0), ("b2", b2, 0.0, 1.0), ("hessian_power", hessian_power, 0.0, 1.0)):
         if not (lo <= float(v) <= hi) or (name != "hessian_power" and float(v) == 1.0):
             allowed = "[0, 1]" if name == "hessian_power" else "[0, 1)"
             raise ValueError(f"adahessian: {name} must be in {allowed}; got {v!r}")
+    concrete_lr = not isinstance(learning_rate, jax.core.Tracer)
     for name, v in (("learning_rate", learning_rate), ("weight_decay", weight_decay)):
-        if not float(v) >= 0.0:
+        if (name != "learning_rate" or concrete_lr) and not float(v) >= 0.0:
             raise ValueError(f"adahessian: {name} must be non-negative; got {v!r}")
     if not float(eps) > 0.0:
         raise ValueError(f"adahessian: eps must be positive; got {eps!r}")
@@ -158,3 +164,38 @@ def adahessian(learning_rate: float = 0.15, b1: float = 0.9, b2: float = 0.999, 
         return new, AdaHessianState(count, mu, nu)
 
     return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaHessianRecipe(OptaxRecipe):
+    """AdaHessian as a local optimiser of :class:`algos.local_steps.LocalSteps`: every step
+    estimates D with :func:`hessian_diagonal` on the step's own minibatch (its probes from
+    ``fold_in(step key, 1)``) and calls :func:`adahessian`'s update with ``hessian=D``. The learning
+    rate is the hyperparameter ``hparams[learning_rate]`` (traced: sweepable, no recompilation);
+    the other constants are fixed by the recipe."""
+
+    learning_rate: str = "learning_rate"
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-4
+    hessian_power: float = 1.0
+    weight_decay: float = 5e-4
+    num_probes: int = 1
+    layout: Optional[str] = "HWIO"
+    hessian = True
+
+    def __post_init__(self):
+        _check_hyper(0.0, self.b1, self.b2, self.eps, self.hessian_power, self.weight_decay)
+        _check_layout(self.layout)
+        if isinstance(self.num_probes, bool) or int(self.num_probes) != self.num_probes or self.num_probes < 1:
+            raise ValueError(f"num_probes must be a positive integer; got {self.num_probes!r}")
+
+    def transform(self, hparams, start):
+        del start
+        return adahessian(hparams[self.learning_rate], self.b1, self.b2, self.eps, self.hessian_power,
+                          self.weight_decay)
+
+    def gradient(self, x, oracle, key):
+        _, g, D = hessian_diagonal(lambda p: oracle.loss(p, key), x, jax.random.fold_in(key, 1),
+                                   num_probes=self.num_probes, layout=self.layout)
+        return g, {"hessian": D}

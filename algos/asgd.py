@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from algos import _checks
-from algos.base import Algorithm, Event, HParams, Params, gradient_work
+from algos.base import Algorithm, Event, HParams, Params, gradient_work, state_params
 
 StepRule = Callable[[HParams, Event], jax.Array]
 
@@ -28,10 +28,6 @@ class ASGDState(NamedTuple):
 def _init(hparams: HParams, params: Params, num_workers: int) -> ASGDState:
     del hparams, num_workers
     return ASGDState(params=params)
-
-
-def _params(state: ASGDState) -> Params:
-    return state.params
 
 
 GradientMap = Callable[[HParams, Params], Params]
@@ -84,7 +80,7 @@ def asgd_with_step_rule(
         init=_init,
         work=gradient_work,
         apply=_ApplyWithRule(step_rule, gradient_map),
-        params=_params,
+        params=state_params,
         validate=validate,
     )
 

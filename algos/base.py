@@ -132,7 +132,10 @@ class Algorithm(NamedTuple):
 
     Only the function fields take part in equality and hashing that matters to ``jit``; the
     engine keys its compiled code on them, so two instances that differ in ``hparams`` alone
-    share one compilation.
+    share one compilation. That holds because every function field is a module-level function
+    or a frozen dataclass (compared by value), never a closure or lambda built per call: a
+    factory called twice with different hyperparameter values returns equal functions
+    (tests/algos/test_registry.py checks it for every registered algorithm).
     """
 
     name: str
@@ -160,6 +163,19 @@ class Algorithm(NamedTuple):
                 f"allowed: {sorted(self.hparams)}"
             )
         return self._replace(hparams={**self.hparams, **overrides})
+
+
+def state_params(state: State) -> Params:
+    """The server model of a state that keeps it in a ``params`` field (most algorithms): a
+    module-level function, so that every algorithm that uses it shares its compiled code."""
+    return state.params
+
+
+def own_model(hparams: HParams, params: Params) -> Params:
+    """A ``point_init`` for algorithms whose workers keep their own parameters (the point they
+    are handed is their own model, which starts as the initial model)."""
+    del hparams
+    return params
 
 
 def gradient_work(hparams: HParams, point: Params, oracle: Oracle, key: jax.Array) -> Message:

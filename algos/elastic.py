@@ -3,13 +3,16 @@ DEAHES-O family (Xu & Carr 2024, arXiv 2409.09242): specs/easgd_deahes.md §2–
 
 Three independent parts, composed by :func:`elastic_averaging`:
 
-* the **local optimiser**: any optax transformation (:class:`Local`); with ``hessian=True`` each
-  local step also estimates diag(H) by Hutchinson and passes it as ``hessian=`` (AdaHessian);
+* the **local optimiser** (:class:`Local`): a recipe of :mod:`algos.local_steps` (SGD, Nesterov
+  SGD, AdaHessian, or any optax transformation) with the default values of the hyperparameters
+  it reads; the worker's job is that module's :class:`~algos.local_steps.LocalSteps` loop;
 * the **data split** (disjoint, or with a shared overlap ratio r): a property of the problem
   (:func:`sim.models.cnn_classifier` ``split=``), not of the algorithm;
-* the **exchange rule**: the elastic weights (h1, h2) of each exchange: :func:`fixed` (α, α),
-  :func:`oracle` (1, 0 on an exchange that follows a failure, else α, α) or :func:`dynamic`
-  (h1(a), h2(a) from the trend a of the worker–master log-distance u).
+* the **exchange rule** (:class:`Exchange`): a function of the hyperparameters and the
+  worker's :class:`ExchangeContext` that gives the elastic weights (h1, h2) of each exchange:
+  :func:`fixed_weights` (α, α), :func:`oracle_weights` (1, 0 on an exchange that follows a
+  failure, else α, α), :func:`dynamic_weights` (h1(a), h2(a) from the trend a of the
+  worker–master log-distance u), or any function a user writes with the same signature.
 
 Event model. A job of worker i is τ local steps from its own state (parameters, optimiser state);
 at the job's arrival the worker attempts an exchange with the master x̃ (h1 pulls the worker to
@@ -51,69 +54,148 @@ ROC AUC of −a for "follows a failure" is then :func:`detection_auc`.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+import dataclasses
+from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from algos import adahessian as ah
 from algos.base import Algorithm, Event, HParams, Params
+from algos.local_steps import SGD, LocalSteps, OptaxRecipe
 
 SEMANTICS = ("suppressed", "stale")
 
 
 class Local(NamedTuple):
-    """A worker's local optimiser: an optax transformation, run ``period`` steps per job.
+    """A worker's local optimiser: a recipe of :mod:`algos.local_steps` (it builds an optax
+    transformation from the hyperparameters, so their values are traced) and the default values
+    of the hyperparameters it reads, which become the algorithm's (``learning_rate``, ...)."""
 
-    ``hessian=True``: every step computes (loss, grad, D) with
-    :func:`algos.adahessian.hessian_diagonal` (``num_probes``, ``layout``) on the same minibatch and
-    calls ``opt.update(grad, state, params, hessian=D)``."""
+    recipe: Any
+    hparams: dict
 
-    opt: Any
-    hessian: bool = False
-    num_probes: int = 1
-    layout: Optional[str] = "HWIO"
+
+@dataclasses.dataclass(frozen=True)
+class OptaxTransform(OptaxRecipe):
+    """A recipe around a ready-made optax transformation (its hyperparameters are constants of
+    the transformation: build it once and reuse it, since a new one compiles anew)."""
+
+    tx: Any
+
+    def transform(self, hparams, start):
+        del hparams, start
+        return self.tx
 
 
 def sgd(learning_rate: float) -> Local:
-    return Local(optax.sgd(learning_rate))
+    return Local(SGD(learning_rate="learning_rate"), {"learning_rate": learning_rate})
 
 
 def nesterov(learning_rate: float, momentum: float) -> Local:
     """EAMSGD's local optimiser: Nesterov momentum δ in optax's form (the iterate is the look-ahead
     point of the spec's g = ∇ℓ(x + δv) formulation; Sutskever et al. 2013) [CHOICE]."""
-    return Local(optax.sgd(learning_rate, momentum=momentum, nesterov=True))
+    return Local(SGD(learning_rate="learning_rate", momentum="momentum", nesterov=True),
+                 {"learning_rate": learning_rate, "momentum": momentum})
 
 
 def adahessian(learning_rate: float = 0.01, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-4,
                hessian_power: float = 1.0, weight_decay: float = 5e-4, num_probes: int = 1,
                layout: Optional[str] = "HWIO") -> Local:
     """AdaHessian as the local optimiser (the paper: η = 0.01, β = (0.9, 0.999), one probe,
-    spatial averaging; the reference code's ε, k and weight decay)."""
-    return Local(ah.adahessian(learning_rate, b1, b2, eps, hessian_power, weight_decay), True, num_probes, layout)
+    spatial averaging; the reference code's ε, k and weight decay). η is a hyperparameter
+    (``learning_rate``); the other constants are the recipe's."""
+    return Local(ah.AdaHessianRecipe("learning_rate", b1, b2, eps, hessian_power, weight_decay, num_probes, layout),
+                 {"learning_rate": learning_rate})
 
 
-class Exchange(NamedTuple):
-    """An exchange rule: ``kind`` is "fixed", "oracle" or "dynamic"; its numbers are hparams."""
+def optax_local(tx) -> Local:
+    """Any optax transformation as the local optimiser (its constants fixed; see
+    :class:`OptaxTransform`)."""
+    return Local(OptaxTransform(tx), {})
 
-    kind: str
+
+# --- exchange rules ---------------------------------------------------------------------------
+
+
+class ExchangeContext(NamedTuple):
+    """What an exchange rule may read about one exchange attempt (scalars, in the model's dtype).
+
+    Attributes:
+      alpha: α, the moving rate (``hparams["alpha"]``).
+      trend: a, the trend of the worker–master log-distance u (0 until ``history`` values are held).
+      failed_last: whether this worker's previous arrival was lost (the oracle rule's signal).
+      worker: the worker's index.
+    """
+
+    alpha: jax.Array
+    trend: jax.Array
+    failed_last: jax.Array
+    worker: jax.Array
+
+
+def fixed_weights(hparams: HParams, ctx: ExchangeContext) -> tuple:
+    """EASGD's rule: (h1, h2) = (α, α)."""
+    del hparams
+    return ctx.alpha, ctx.alpha
+
+
+def oracle_weights(hparams: HParams, ctx: ExchangeContext) -> tuple:
+    """(1, 0) on an exchange that follows a failure of the same worker, else (α, α) (EAHES-OM)."""
+    del hparams
+    return jnp.where(ctx.failed_last, 1.0, ctx.alpha), jnp.where(ctx.failed_last, 0.0, ctx.alpha)
+
+
+def dynamic_weights(hparams: HParams, ctx: ExchangeContext) -> tuple:
+    """DEAHES-O's rule: (h1, h2) = :func:`ramp_weights` (a, α, a0), a0 = ``hparams["a0"]``."""
+    return ramp_weights(ctx.trend, ctx.alpha, jnp.asarray(hparams["a0"], ctx.alpha.dtype))
+
+
+def ramp_weights(a, alpha, a0):
+    """(h1, h2): α each for a ≥ 0; toward (1, 0) linearly as a falls to −a0."""
+    s = jnp.clip(-a / a0, 0.0, 1.0)
+    return alpha + (1 - alpha) * s, alpha * (1 - s)
+
+
+def _check_a0(name: str, hparams: HParams) -> None:
+    if not np.all(np.asarray(hparams["a0"], dtype=np.float64) > 0):
+        raise ValueError(f"{name}: a0 must be positive; got {hparams['a0']!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Exchange:
+    """An exchange rule: ``weights(hparams, ctx) -> (h1, h2)`` (a module-level function or a
+    frozen dataclass: it keys the compiled code), the number ``history`` of u values a worker
+    keeps for the trend (p ≥ 2), the hyperparameters the rule reads with their defaults
+    (``defaults``: ``((name, value), ...)``) and ``validate(name, hparams)`` for them."""
+
+    weights: Callable
     history: int = 3
+    defaults: tuple = ()
+    validate: Optional[Callable] = None
+
+    def __post_init__(self):
+        h = self.history
+        if isinstance(h, bool) or int(h) != h or h < 2:
+            raise ValueError(f"exchange rule: history p must be an integer ≥ 2; got {h!r}")
+        if not callable(self.weights):
+            raise ValueError(f"exchange rule: weights must be a function (hparams, ctx) -> (h1, h2); got {self.weights!r}")
 
 
 def fixed() -> Exchange:
-    return Exchange("fixed")
+    return Exchange(fixed_weights)
 
 
 def oracle() -> Exchange:
-    return Exchange("oracle")
+    return Exchange(oracle_weights)
 
 
-def dynamic(history: int = 3) -> Exchange:
-    if isinstance(history, bool) or int(history) != history or history < 2:
-        raise ValueError(f"dynamic exchange: history p must be an integer ≥ 2; got {history!r}")
-    return Exchange("dynamic", int(history))
+def dynamic(history: int = 3, a0: float = 1.0) -> Exchange:
+    return Exchange(dynamic_weights, history, (("a0", a0),), _check_a0)
+
+
+# --- the worker and the server ----------------------------------------------------------------
 
 
 class WorkerState(NamedTuple):
@@ -127,10 +209,18 @@ class WorkerState(NamedTuple):
     failed_last: jax.Array  # bool [], the worker's previous arrival was lost (a failed exchange or a crash)
 
 
-def _worker_start(local: Local, params, history: int) -> WorkerState:
-    """A worker before its first exchange: the model, a fresh optimiser state, no u recorded."""
-    return WorkerState(params, local.opt.init(params), params, jnp.zeros((history,), _float_dtype(params)),
-                       jnp.zeros((), jnp.int32), jnp.zeros((), bool))
+@dataclasses.dataclass(frozen=True)
+class _WorkerStart:
+    """``point_init``: a worker before its first exchange: the model, a fresh optimiser state, no u
+    recorded."""
+
+    recipe: Any
+    history: int
+
+    def __call__(self, hparams, params) -> WorkerState:
+        return WorkerState(params, self.recipe.init(hparams, params), params,
+                           jnp.zeros((self.history,), _float_dtype(params)), jnp.zeros((), jnp.int32),
+                           jnp.zeros((), bool))
 
 
 class EAState(NamedTuple):
@@ -140,6 +230,10 @@ class EAState(NamedTuple):
     trace_follows: jax.Array  # bool [K] the attempt follows a failed attempt of the same worker
     trace_delivered: jax.Array  # bool [K]
     trace_worker: jax.Array  # int32 [K]
+
+
+def master_params(state: EAState) -> Params:
+    return state.master
 
 
 def _tree_dist(a, b) -> jax.Array:
@@ -159,86 +253,55 @@ def trend(u: jax.Array, seen: jax.Array) -> jax.Array:
     return jnp.where(seen >= p, a, jnp.zeros_like(a))
 
 
-def dynamic_weights(a, alpha, a0):
-    """(h1, h2): α each for a ≥ 0; toward (1, 0) linearly as a falls to −a0."""
-    s = jnp.clip(-a / a0, 0.0, 1.0)
-    return alpha + (1 - alpha) * s, alpha * (1 - s)
-
-
-def _local_steps(local: Local):
+def _worker_steps(recipe) -> LocalSteps:
     """τ = ``hparams["period"]`` local steps (traced: one compiled program serves every τ)."""
-
-    def work(hparams: HParams, point: WorkerState, oracle, key) -> WorkerState:
-        def body(k, carry):
-            x, s = carry
-            kk = jax.random.fold_in(key, k)
-            if local.hessian:
-                _, g, D = ah.hessian_diagonal(lambda p: oracle.loss(p, kk), x, jax.random.fold_in(kk, 1),
-                                              num_probes=local.num_probes, layout=local.layout)
-                updates, s = local.opt.update(g, s, x, hessian=D)
-            else:
-                _, g = oracle(x, kk)
-                updates, s = local.opt.update(g, s, x)
-            return optax.apply_updates(x, updates), s
-
-        x, s = jax.lax.fori_loop(0, jnp.asarray(hparams["period"], jnp.int32), body, (point.params, point.opt_state))
-        return point._replace(params=x, opt_state=s)
-
-    return work
+    return LocalSteps(recipe, steps="period", output="end")
 
 
-def _check_period(name, period) -> None:
-    v = np.asarray(period)
-    if v.dtype == bool or not np.issubdtype(v.dtype, np.integer) or not np.all(v >= 1):
-        raise ValueError(f"{name}: period τ must be an integer ≥ 1 (local steps per exchange); got {period!r}")
+def _local_job(recipe, hparams: HParams, point: WorkerState, oracle, key) -> WorkerState:
+    job = _worker_steps(recipe).run(hparams, point.params, oracle, key, point.opt_state)
+    return point._replace(params=job.end, opt_state=job.state)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Work:
+    """A job: τ local steps from the worker's own state; under "stale" failures the job's start
+    travels with it, so that a crashed worker can be reverted."""
+
+    recipe: Any
+    failure: str
+
+    def __call__(self, hparams, point: WorkerState, oracle, key):
+        end = _local_job(self.recipe, hparams, point, oracle, key)
+        return (point, end) if self.failure == "stale" else end
+
+
+@dataclasses.dataclass(frozen=True)
+class _Init:
+    trace: int
+
+    def __call__(self, hparams, params, n) -> EAState:
+        del hparams, n
+        z = jnp.zeros((self.trace,), jnp.float32)
+        return EAState(params, jnp.zeros((), jnp.int32), z, jnp.zeros((self.trace,), bool),
+                       jnp.zeros((self.trace,), bool), jnp.zeros((self.trace,), jnp.int32))
 
 
 def _where(pred, a, b):
     return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
 
 
-def elastic_averaging(local: Local, *, alpha: float = 0.1, period: int = 1, exchange: Exchange = fixed(),
-                      failure: str = "suppressed", a0: float = 1.0, trace: int = 0, name: str = "elastic") -> Algorithm:
-    """Asynchronous elastic averaging (see the module docstring).
+@dataclasses.dataclass(frozen=True)
+class _Apply:
+    """One exchange attempt: u recorded, (h1, h2) from the rule, the elastic moves (module docstring)."""
 
-    Args:
-      local: the local optimiser (:func:`sgd`, :func:`nesterov`, :func:`adahessian`, or a
-        :class:`Local` around any optax transformation).
-      alpha: α ∈ (0, 0.5), the moving rate (hparams ``alpha``, sweepable).
-      period: τ ≥ 1 local steps per job (hparams ``period``, an integer, sweepable: one compiled
-        program serves every τ). The schedule's job durations are τ steps' worth.
-      exchange: :func:`fixed`, :func:`oracle` or :func:`dynamic`.
-      failure: "suppressed" or "stale" (how an undelivered arrival is read).
-      a0: the dynamic rule's scale (hparams ``a0``, > 0).
-      trace: keep the detector trace of the first ``trace`` exchange attempts.
-    """
-    if not isinstance(local, Local):
-        raise ValueError(f"{name}: local must be an algos.elastic.Local (e.g. elastic.sgd(0.01)); got {type(local).__name__}")
-    if not isinstance(exchange, Exchange) or exchange.kind not in ("fixed", "oracle", "dynamic"):
-        raise ValueError(f"{name}: exchange must be elastic.fixed(), elastic.oracle() or elastic.dynamic(); got {exchange!r}")
-    if failure not in SEMANTICS:
-        raise ValueError(f"{name}: failure must be one of {SEMANTICS}; got {failure!r}")
-    if isinstance(trace, bool) or int(trace) != trace or trace < 0:
-        raise ValueError(f"{name}: trace must be an integer ≥ 0; got {trace!r}")
-    trace, p = int(trace), exchange.history
+    weights: Callable
+    failure: str
+    trace: int
 
-    def init(hparams, params, n):
-        del hparams, n
-        z = jnp.zeros((trace,), jnp.float32)
-        return EAState(params, jnp.zeros((), jnp.int32), z, jnp.zeros((trace,), bool), jnp.zeros((trace,), bool),
-                       jnp.zeros((trace,), jnp.int32))
-
-    def point_init(hparams, params):
-        del hparams
-        return _worker_start(local, params, p)
-
-    def work(hparams, point, oracle, key):
-        end = _local_steps(local)(hparams, point, oracle, key)
-        return (point, end) if failure == "stale" else end
-
-    def apply(hparams, s: EAState, message, event: Event):
+    def __call__(self, hparams, s: EAState, message, event: Event):
         ok = event.delivered
-        if failure == "stale":
+        if self.failure == "stale":
             start, end = message
             ws = _where(ok, end, start)  # a crashed worker made no progress
             attempt = ok  # and attempted nothing
@@ -252,18 +315,13 @@ def elastic_averaging(local: Local, *, alpha: float = 0.1, period: int = 1, exch
         seen = ws.seen + attempt.astype(jnp.int32)
         a = trend(u, seen)
         alpha = jnp.asarray(hparams["alpha"], ws.u.dtype)
-        if exchange.kind == "fixed":
-            h1, h2 = alpha, alpha
-        elif exchange.kind == "oracle":
-            h1 = jnp.where(ws.failed_last, 1.0, alpha)
-            h2 = jnp.where(ws.failed_last, 0.0, alpha)
-        else:
-            h1, h2 = dynamic_weights(a, alpha, jnp.asarray(hparams["a0"], ws.u.dtype))
+        h1, h2 = self.weights(hparams, ExchangeContext(alpha, a, ws.failed_last, event.worker))
         d = jax.tree.map(lambda xi, m: xi - m, x, master)
         new_x = jax.tree.map(lambda xi, di: jnp.where(ok, xi - h1.astype(xi.dtype) * di, xi), x, d)
         new_master = jax.tree.map(lambda m, di: jnp.where(ok, m + h2.astype(m.dtype) * di, m), master, d)
         nxt = WorkerState(new_x, ws.opt_state, estimate, u, seen, ~ok)  # the master read, if the exchange happened
         state = EAState(new_master, s.attempts + attempt.astype(jnp.int32), *s[2:])
+        trace = self.trace
         if trace:
             k = jnp.where(attempt & (s.attempts < trace), s.attempts, trace)  # out of range: dropped
             state = state._replace(trace_a=s.trace_a.at[k].set(a.astype(jnp.float32), mode="drop"),
@@ -274,21 +332,81 @@ def elastic_averaging(local: Local, *, alpha: float = 0.1, period: int = 1, exch
                  "h2": jnp.where(ok, h2, 0.0).astype(jnp.float32)}
         return state, nxt, stats
 
-    def validate(hparams, n):
-        del n
+
+def _check_period(name, period) -> None:
+    v = np.asarray(period)
+    if v.dtype == bool or not np.issubdtype(v.dtype, np.integer) or not np.all(v >= 1):
+        raise ValueError(f"{name}: period τ must be an integer ≥ 1 (local steps per exchange); got {period!r}")
+
+
+def _check_local_hparams(name: str, hparams: HParams, local_names) -> None:
+    for key in local_names:
+        v = np.asarray(hparams[key], np.float64)
+        if not np.all(np.isfinite(v)) or np.any(v < 0):
+            raise ValueError(f"{name}: {key} must be finite and >= 0; got {hparams[key]!r}")
+    if "momentum" in local_names and not np.all(np.asarray(hparams["momentum"], np.float64) < 1):
+        raise ValueError(f"{name}: momentum must be in [0, 1); got {hparams['momentum']!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Validate:
+    name: str
+    local_names: tuple
+    rule_check: Optional[Callable] = None
+    synchronous: bool = False
+
+    def __call__(self, hparams, n):
         a = np.asarray(hparams["alpha"], dtype=np.float64)
         if not np.all((a > 0) & (a < 0.5)):
-            raise ValueError(f"{name}: alpha must be in (0, 0.5) (an exchange shrinks the gap by 1 − 2α); "
+            raise ValueError(f"{self.name}: alpha must be in (0, 0.5) (an exchange shrinks the gap by 1 − 2α); "
                              f"got {hparams['alpha']!r}")
-        _check_period(name, hparams["period"])
-        if exchange.kind == "dynamic" and not np.all(np.asarray(hparams["a0"], dtype=np.float64) > 0):
-            raise ValueError(f"{name}: a0 must be positive; got {hparams['a0']!r}")
+        if self.synchronous and n and not np.all(n * a < 1):
+            raise ValueError(f"{self.name}: needs n·alpha < 1 for a stable master; got n = {n}, "
+                             f"alpha = {hparams['alpha']!r}")
+        _check_period(self.name, hparams["period"])
+        _check_local_hparams(self.name, hparams, self.local_names)
+        if self.rule_check is not None:
+            self.rule_check(self.name, hparams)
 
-    hp = {"alpha": alpha, "period": period}
-    if exchange.kind == "dynamic":
-        hp["a0"] = a0
+
+def elastic_averaging(local: Local, *, alpha: float = 0.1, period: int = 1, exchange: Exchange = fixed(),
+                      failure: str = "suppressed", a0: Optional[float] = None, trace: int = 0,
+                      name: str = "elastic") -> Algorithm:
+    """Asynchronous elastic averaging (see the module docstring).
+
+    Args:
+      local: the local optimiser (:func:`sgd`, :func:`nesterov`, :func:`adahessian`,
+        :func:`optax_local`, or a :class:`Local` around any recipe of :mod:`algos.local_steps`);
+        its hyperparameters (``learning_rate``, ...) become the algorithm's.
+      alpha: α ∈ (0, 0.5), the moving rate (hparams ``alpha``, sweepable).
+      period: τ ≥ 1 local steps per job (hparams ``period``, an integer, sweepable: one compiled
+        program serves every τ). The schedule's job durations are τ steps' worth.
+      exchange: :func:`fixed`, :func:`oracle`, :func:`dynamic`, or an :class:`Exchange` around a
+        rule of your own; the hyperparameters it reads become the algorithm's.
+      failure: "suppressed" or "stale" (how an undelivered arrival is read).
+      a0: the dynamic rule's scale (hparams ``a0``, > 0); overrides the rule's default.
+      trace: keep the detector trace of the first ``trace`` exchange attempts.
+    """
+    if not isinstance(local, Local):
+        raise ValueError(f"{name}: local must be an algos.elastic.Local (e.g. elastic.sgd(0.01)); got {type(local).__name__}")
+    if not isinstance(exchange, Exchange):
+        raise ValueError(f"{name}: exchange must be an algos.elastic.Exchange (elastic.fixed(), elastic.oracle(), "
+                         f"elastic.dynamic() or one of your own); got {exchange!r}")
+    if failure not in SEMANTICS:
+        raise ValueError(f"{name}: failure must be one of {SEMANTICS}; got {failure!r}")
+    if isinstance(trace, bool) or int(trace) != trace or trace < 0:
+        raise ValueError(f"{name}: trace must be an integer ≥ 0; got {trace!r}")
+    rule_hp = dict(exchange.defaults)
+    if a0 is not None:
+        if "a0" not in rule_hp:
+            raise ValueError(f"{name}: a0 applies to exchange rules that read it (elastic.dynamic()); this one reads "
+                             f"{sorted(rule_hp) or 'no hyperparameter'}")
+        rule_hp["a0"] = a0
+    hp = {"alpha": alpha, "period": period, **local.hparams, **rule_hp}
+    validate = _Validate(name, tuple(sorted(local.hparams)), exchange.validate)
     validate(hp, 0)
-    return Algorithm(name, hp, init, work, apply, lambda s: s.master, validate=validate, point_init=point_init)
+    return Algorithm(name, hp, _Init(int(trace)), _Work(local.recipe, failure), _Apply(exchange.weights, failure, int(trace)),
+                     master_params, validate=validate, point_init=_WorkerStart(local.recipe, exchange.history))
 
 
 def detection_auc(state: EAState) -> dict:
@@ -362,53 +480,61 @@ def eahes_om(*, learning_rate: float = 0.01, alpha: float = 0.1, period: int = 1
 
 
 def deahes_o(*, learning_rate: float = 0.01, alpha: float = 0.1, a0: float = 1.0, history: int = 3, period: int = 1,
-             failure: str = "suppressed", trace: int = 0, **adahessian_kw) -> Algorithm:
-    """DEAHES-O: AdaHessian workers, dynamic weights (run it on an overlapping split)."""
+             failure: str = "suppressed", trace: int = 0, exchange: Optional[Exchange] = None,
+             **adahessian_kw) -> Algorithm:
+    """DEAHES-O: AdaHessian workers, dynamic weights (run it on an overlapping split).
+    ``exchange`` replaces the dynamic rule by another (e.g. a variant of :func:`dynamic_weights`)."""
+    rule = exchange if exchange is not None else dynamic(history)
     return elastic_averaging(adahessian(learning_rate, **adahessian_kw), alpha=alpha, period=period,
-                             exchange=dynamic(history), failure=failure, a0=a0, trace=trace, name="DEAHES-O")
+                             exchange=rule, failure=failure, a0=a0 if "a0" in dict(rule.defaults) else None,
+                             trace=trace, name="DEAHES-O")
 
 
 # --- synchronous EASGD (ablation) -------------------------------------------------------------------
 
 
+def _sync_init(hparams, params, n):
+    del hparams, n
+    return params
+
+
+def _identity_params(state):
+    return state
+
+
+def _sync_apply_round(hparams, master, messages: WorkerState, events: Event, mask):
+    ok = mask & events.delivered
+    alpha = jnp.asarray(hparams["alpha"])
+
+    def leaf(xi, m):
+        w = ok.reshape((-1,) + (1,) * (xi.ndim - 1))
+        d = xi - m[None]
+        return jnp.where(w, xi - alpha.astype(xi.dtype) * d, xi), m + alpha.astype(m.dtype) * jnp.sum(jnp.where(w, d, 0), 0)
+
+    pairs = jax.tree.map(leaf, messages.params, master)
+    new_x = jax.tree.map(lambda t: t[0], pairs, is_leaf=lambda t: isinstance(t, tuple))
+    new_master = jax.tree.map(lambda t: t[1], pairs, is_leaf=lambda t: isinstance(t, tuple))
+    nxt = messages._replace(params=new_x)
+    return new_master, nxt, {"exchanged": ok.astype(jnp.float32)}
+
+
+@dataclasses.dataclass(frozen=True)
+class _SyncWork:
+    recipe: Any
+
+    def __call__(self, hparams, point: WorkerState, oracle, key):
+        return _local_job(self.recipe, hparams, point, oracle, key)
+
+
 def sync_easgd(*, learning_rate: float = 0.01, alpha: float = 0.1, period: int = 1, local: Optional[Local] = None) -> Algorithm:
     """Synchronous EASGD: each round every worker runs τ local steps, then all exchange with the same
     master: xⁱ ← xⁱ − α (xⁱ − x̃), x̃ ← x̃ + α Σᵢ (xⁱ − x̃) (over the delivered workers). Needs a
-    barrier schedule. The elastic symmetry needs n α < 1 for the master to stay a contraction."""
+    barrier schedule. The elastic symmetry needs n α < 1 for the master to stay a contraction.
+    ``local`` replaces the default SGD(``learning_rate``) local optimiser."""
     local = local or sgd(learning_rate)
-    work_one = _local_steps(local)
-
-    def init(hparams, params, n):
-        del hparams, n
-        return params
-
-    def point_init(hparams, params):
-        del hparams
-        return _worker_start(local, params, 1)  # u is not used by the synchronous rule
-
-    def apply_round(hparams, master, messages: WorkerState, events: Event, mask):
-        ok = mask & events.delivered
-        alpha = jnp.asarray(hparams["alpha"])
-
-        def leaf(xi, m):
-            w = ok.reshape((-1,) + (1,) * (xi.ndim - 1))
-            d = xi - m[None]
-            return jnp.where(w, xi - alpha.astype(xi.dtype) * d, xi), m + alpha.astype(m.dtype) * jnp.sum(jnp.where(w, d, 0), 0)
-
-        pairs = jax.tree.map(leaf, messages.params, master)
-        new_x = jax.tree.map(lambda t: t[0], pairs, is_leaf=lambda t: isinstance(t, tuple))
-        new_master = jax.tree.map(lambda t: t[1], pairs, is_leaf=lambda t: isinstance(t, tuple))
-        nxt = messages._replace(params=new_x)
-        return new_master, nxt, {"exchanged": ok.astype(jnp.float32)}
-
-    def validate(hparams, n):
-        a = np.asarray(hparams["alpha"], dtype=np.float64)
-        if not np.all((a > 0) & (a < 0.5)):
-            raise ValueError(f"sync_easgd: alpha must be in (0, 0.5); got {hparams['alpha']!r}")
-        if n and not np.all(n * a < 1):
-            raise ValueError(f"sync_easgd: needs n·alpha < 1 for a stable master; got n = {n}, alpha = {hparams['alpha']!r}")
-        _check_period("sync_easgd", hparams["period"])
-
-    validate({"alpha": alpha, "period": period}, 0)
-    return Algorithm("sync EASGD", {"alpha": alpha, "period": period}, init, work_one, None, lambda s: s, apply_round=apply_round,
-                     validate=validate, point_init=point_init)
+    hp = {"alpha": alpha, "period": period, **local.hparams}
+    validate = _Validate("sync_easgd", tuple(sorted(local.hparams)), synchronous=True)
+    validate(hp, 0)
+    return Algorithm("sync EASGD", hp, _sync_init, _SyncWork(local.recipe), None, _identity_params,
+                     apply_round=_sync_apply_round, validate=validate,
+                     point_init=_WorkerStart(local.recipe, 1))  # u is not used by the synchronous rule

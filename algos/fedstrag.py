@@ -29,6 +29,7 @@ needs the model from b rounds ago; :func:`fedstrag_history` gives the length a s
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import jax
@@ -37,8 +38,7 @@ import numpy as np
 
 from algos import _checks
 from algos.base import Algorithm, Event, HParams, Params
-from algos.local import local_sgd_end
-from algos.tables import _check_int
+from algos.local_steps import SGD, LocalSteps
 
 WEIGHTINGS = ("fedstrag", "equal")
 
@@ -60,11 +60,18 @@ def fedstrag_history(schedule) -> int:
     return int(max(1, np.max(k_after - schedule.tag)))
 
 
-def _make_apply(weighting: str, size: int):
-    def apply(hparams: HParams, s: FedStragState, w: Params, event: Event):
+@dataclasses.dataclass(frozen=True)
+class _Apply:
+    """The server's handling of one result (module docstring), for one weighting and history size."""
+
+    weighting: str
+    size: int
+
+    def __call__(self, hparams: HParams, s: FedStragState, w: Params, event: Event):
+        size = self.size
         ok = event.delivered
         behind = (s.round - event.tag).astype(s.weight.dtype)  # broadcasts made since r_j
-        c = 1.0 / (behind + 2.0) if weighting == "fedstrag" else jnp.ones_like(behind)
+        c = 1.0 / (behind + 2.0) if self.weighting == "fedstrag" else jnp.ones_like(behind)
         c = jnp.where(ok, c, 0.0)
         acc = jax.tree.map(lambda a, z: a + c.astype(a.dtype) * z, s.acc, w)
         total = s.weight + c
@@ -88,24 +95,43 @@ def _make_apply(weighting: str, size: int):
         stats = {"weight": c, "rounds_behind": jnp.where(ok, behind, 0.0)}
         return FedStragState(history, k, acc, total), point, stats
 
-    apply.__name__ = f"fedstrag_apply_{weighting}"
-    return apply
 
+@dataclasses.dataclass(frozen=True)
+class _Init:
+    size: int
 
-def _make_init(size: int):
-    def init(hparams, params, n):
-        history = jax.tree.map(lambda a: jnp.broadcast_to(a, (size,) + a.shape), params)
+    def __call__(self, hparams, params, n):
+        history = jax.tree.map(lambda a: jnp.broadcast_to(a, (self.size,) + a.shape), params)
         zero = jnp.zeros((), jnp.result_type(*[a.dtype for a in jax.tree.leaves(params)]))
         return FedStragState(history, jnp.zeros((), jnp.int32), jax.tree.map(jnp.zeros_like, params), zero)
 
-    return init
+
+@dataclasses.dataclass(frozen=True)
+class _Model:
+    """The server model: model k, in row k mod ``size`` of the history."""
+
+    size: int
+
+    def __call__(self, s: FedStragState):
+        return jax.tree.map(lambda h: h[s.round % self.size], s.history)
+
+
+@dataclasses.dataclass(frozen=True)
+class _CheckSchedule:
+    size: int
+
+    def __call__(self, schedule) -> None:
+        need = fedstrag_history(schedule)
+        if need > self.size:
+            raise ValueError(f"fedstrag: this schedule has a client {need} broadcasts behind, but the server "
+                             f"keeps {self.size}; pass history=algos.fedstrag_history(schedule) (= {need})")
+
+
+_WORK = LocalSteps(SGD(), output="end")  # H SGD steps from the broadcast model; sends the end point
 
 
 def _validate(hparams: HParams, num_workers: int) -> None:
     _checks.check_stepsize("fedstrag", hparams["local_stepsize"], argument="local_stepsize")
-
-
-_CACHE: dict = {}
 
 
 def fedstrag(*, local_stepsize: float, history: int, local_steps: int = 1, weighting: str = "fedstrag") -> Algorithm:
@@ -120,20 +146,8 @@ def fedstrag(*, local_stepsize: float, history: int, local_steps: int = 1, weigh
     """
     if weighting not in WEIGHTINGS:
         raise ValueError(f"fedstrag: weighting must be one of {list(WEIGHTINGS)}; got {weighting!r}")
-    size = _check_int("fedstrag", "history", history)
-    hp = {"local_stepsize": local_stepsize, "local_steps": _check_int("fedstrag", "local_steps", local_steps)}
+    size = _checks.check_int("fedstrag", "history", history)
+    hp = {"local_stepsize": local_stepsize, "local_steps": _checks.check_int("fedstrag", "local_steps", local_steps)}
     _validate(hp, 0)
-    # One set of functions per (weighting, history), so equal settings share a compilation.
-    if (weighting, size) not in _CACHE:
-        _CACHE[weighting, size] = (_make_init(size), _make_apply(weighting, size),
-                                   lambda s: jax.tree.map(lambda h: h[s.round % size], s.history))
-    init, apply, params = _CACHE[weighting, size]
-
-    def check_schedule(schedule) -> None:
-        need = fedstrag_history(schedule)
-        if need > size:
-            raise ValueError(f"fedstrag: this schedule has a client {need} broadcasts behind, but the server "
-                             f"keeps {size}; pass history=algos.fedstrag_history(schedule) (= {need})")
-
-    return Algorithm(f"fedstrag_{weighting}", hp, init, local_sgd_end, apply, params, validate=_validate,
-                     check_schedule=check_schedule)
+    return Algorithm(f"fedstrag_{weighting}", hp, _Init(size), _WORK, _Apply(weighting, size), _Model(size),
+                     validate=_validate, check_schedule=_CheckSchedule(size))

@@ -22,15 +22,16 @@ one group the group model is.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from algos import _checks, _linalg
+from algos import _checks
 from algos.base import Algorithm, Event, HParams, Params, gradient_work
-from algos.tables import _check_int
+from theory import linalg
 
 
 class GSPState(NamedTuple):
@@ -46,7 +47,7 @@ def groups_by_speed(taus, num_groups: int) -> np.ndarray:
     clustering [INFERRED])."""
     _checks.check_taus("groups_by_speed", taus)
     t = np.asarray(taus, np.float64)
-    G = _check_int("groups_by_speed", "num_groups", num_groups)
+    G = _checks.check_int("groups_by_speed", "num_groups", num_groups)
     if G > t.shape[0]:
         raise ValueError(f"groups_by_speed: num_groups {G} exceeds the {t.shape[0]} workers")
     order = np.argsort(t, kind="stable")
@@ -56,38 +57,39 @@ def groups_by_speed(taus, num_groups: int) -> np.ndarray:
     return out
 
 
-TOPOLOGIES = ("peer", "global_ps")
+def _global_model(s: "GSPState") -> Params:
+    return s.global_model
 
 
-def gsp(*, stepsize: float, groups, forward_every: int = 4, topology: str = "peer") -> Algorithm:
-    """GSP (see the module docstring).
+def _mean_of_groups(s: "GSPState") -> Params:
+    return jax.tree.map(linalg.leading_mean, s.models)
 
-    Args:
-      stepsize: γ ≥ 0. groups: one group index per worker (0..G−1, each used).
-      forward_every: P ≥ 1, pushes between a group server's forwards to the others.
-      topology: ``"peer"`` (group servers forward to each other; the code) or ``"global_ps"``
-        (they forward to a global server and take its model back; the abstract).
-    """
-    if topology not in TOPOLOGIES:
-        raise ValueError(f"gsp: topology must be one of {list(TOPOLOGIES)}; got {topology!r}")
-    group = np.asarray(groups)
-    if group.ndim != 1 or not np.issubdtype(group.dtype, np.integer) or group.size == 0:
-        raise ValueError(f"gsp: groups must be a 1-D array of group indices, one per worker; got {groups!r}")
-    G = int(group.max()) + 1
-    if group.min() < 0 or set(np.unique(group).tolist()) != set(range(G)):
-        raise ValueError(f"gsp: group indices must be 0..G−1, each used; got {sorted(set(group.tolist()))}")
-    P = _check_int("gsp", "forward_every", forward_every)
-    _checks.check_stepsize("gsp", stepsize)
-    group_j = jnp.asarray(group, jnp.int32)
 
-    def init(hparams, params, n):
+@dataclasses.dataclass(frozen=True)
+class _Init:
+    num_groups: int
+    topology: str
+
+    def __call__(self, hparams, params, n):
+        G = self.num_groups
         stack = lambda v: jnp.broadcast_to(v, (G,) + jnp.shape(v))  # noqa: E731
         return GSPState(jax.tree.map(stack, params), jax.tree.map(lambda v: jnp.zeros((G,) + jnp.shape(v), v.dtype), params),
-                        jnp.zeros((G,), jnp.int32), params if topology == "global_ps" else None)
+                        jnp.zeros((G,), jnp.int32), params if self.topology == "global_ps" else None)
 
-    def apply(hparams: HParams, s: GSPState, grad: Params, event: Event):
+
+@dataclasses.dataclass(frozen=True)
+class _Apply:
+    """One push (module docstring): ``groups`` one group index per worker, P = ``forward_every``."""
+
+    groups: tuple
+    forward_every: int
+    topology: str
+
+    def __call__(self, hparams: HParams, s: "GSPState", grad: Params, event: Event):
+        G, P, topology = max(self.groups) + 1, self.forward_every, self.topology
+        group_j = jnp.asarray(self.groups, jnp.int32)
         ok = event.delivered
-        n = group.shape[0]
+        n = len(self.groups)
         k = group_j[event.worker]
         own = jax.nn.one_hot(k, G) * ok  # [G]
         lr = jnp.asarray(hparams["stepsize"]) / n
@@ -117,14 +119,41 @@ def gsp(*, stepsize: float, groups, forward_every: int = 4, topology: str = "pee
         nxt = jax.tree.map(lambda x: x[k], models)
         return GSPState(models, pending, pushes, glob), nxt, {"forwarded": fwd.astype(jnp.float32)}
 
-    def validate(hparams, n):
-        _checks.check_stepsize("gsp", hparams["stepsize"])
-        if n and n != group.shape[0]:
-            raise ValueError(f"gsp: groups gives {group.shape[0]} workers but the problem has {n}")
 
-    if topology == "global_ps":
-        params = lambda s: s.global_model  # noqa: E731
-    else:
-        params = lambda s: jax.tree.map(_linalg.leading_mean, s.models)  # noqa: E731
-    return Algorithm(f"gsp_{topology}" if topology != "peer" else "gsp", {"stepsize": stepsize}, init, gradient_work,
-                     apply, params, validate=validate)
+@dataclasses.dataclass(frozen=True)
+class _Validate:
+    num_workers: int
+
+    def __call__(self, hparams, n):
+        _checks.check_stepsize("gsp", hparams["stepsize"])
+        if n and n != self.num_workers:
+            raise ValueError(f"gsp: groups gives {self.num_workers} workers but the problem has {n}")
+
+
+TOPOLOGIES = ("peer", "global_ps")
+
+
+def gsp(*, stepsize: float, groups, forward_every: int = 4, topology: str = "peer") -> Algorithm:
+    """GSP (see the module docstring).
+
+    Args:
+      stepsize: γ ≥ 0. groups: one group index per worker (0..G−1, each used).
+      forward_every: P ≥ 1, pushes between a group server's forwards to the others.
+      topology: ``"peer"`` (group servers forward to each other; the code) or ``"global_ps"``
+        (they forward to a global server and take its model back; the abstract).
+    """
+    if topology not in TOPOLOGIES:
+        raise ValueError(f"gsp: topology must be one of {list(TOPOLOGIES)}; got {topology!r}")
+    group = np.asarray(groups)
+    if group.ndim != 1 or not np.issubdtype(group.dtype, np.integer) or group.size == 0:
+        raise ValueError(f"gsp: groups must be a 1-D array of group indices, one per worker; got {groups!r}")
+    G = int(group.max()) + 1
+    if group.min() < 0 or set(np.unique(group).tolist()) != set(range(G)):
+        raise ValueError(f"gsp: groups must use the indices 0..G−1, each at least once; got {sorted(set(group.tolist()))}")
+    P = _checks.check_int("gsp", "forward_every", forward_every)
+    _checks.check_stepsize("gsp", stepsize)
+    groups_t = tuple(int(g) for g in group)
+    params = _global_model if topology == "global_ps" else _mean_of_groups
+    return Algorithm(f"gsp_{topology}" if topology != "peer" else "gsp", {"stepsize": stepsize},
+                     _Init(G, topology), gradient_work, _Apply(groups_t, P, topology), params,
+                     validate=_Validate(len(groups_t)))

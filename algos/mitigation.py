@@ -17,16 +17,18 @@ With one worker, α = 1, H = 1 and ρ = 0 this is plain SGD.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from algos import _checks, _linalg, hierarchy
+from algos import _checks
 from algos.asgd import asgd_with_step_rule
-from algos.base import Algorithm, Event, HParams, Params
-from algos.tables import _check_int
+from algos.base import Algorithm, Event, HParams, Params, own_model, state_params
+from algos.local_steps import LocalSteps, ProximalSGD
+from theory import hierarchy, linalg
 
 
 def _constant(hparams, delta):
@@ -69,16 +71,7 @@ class FedAsyncState(NamedTuple):
     params: Params
 
 
-def _fedasync_work(hparams: HParams, point: Params, oracle, key) -> Params:
-    lr = jnp.asarray(hparams["local_stepsize"])
-    rho = jnp.asarray(hparams["prox"])
-
-    def body(k, z):
-        _, g = oracle(z, jax.random.fold_in(key, k))
-        return jax.tree.map(lambda zz, gg, x0: zz - lr.astype(zz.dtype) * (gg + rho.astype(zz.dtype) * (zz - x0)),
-                            z, g, point)
-
-    return jax.lax.fori_loop(0, jnp.asarray(hparams["local_steps"]), body, point)
+_FEDASYNC_WORK = LocalSteps(ProximalSGD(), output="end")  # H proximal SGD steps; sends the end point z
 
 
 def _make_apply(kind: str):
@@ -124,9 +117,9 @@ def fedasync(*, mixing: float, local_stepsize: float, local_steps: int = 1, prox
     if staleness not in STALENESS:
         raise ValueError(f"fedasync: staleness must be one of {sorted(STALENESS)}; got {staleness!r}")
     hp = {"mixing": mixing, "local_stepsize": local_stepsize,
-          "local_steps": _check_int("fedasync", "local_steps", local_steps), "prox": prox, "a": a, "b": b}
+          "local_steps": _checks.check_int("fedasync", "local_steps", local_steps), "prox": prox, "a": a, "b": b}
     _validate(hp, 0)
-    return Algorithm(f"fedasync_{staleness}", hp, _init, _fedasync_work, _APPLY[staleness], lambda s: s.params,
+    return Algorithm(f"fedasync_{staleness}", hp, _init, _FEDASYNC_WORK, _APPLY[staleness], state_params,
                      validate=_validate)
 
 
@@ -146,15 +139,73 @@ def _sgd_step_work(hparams: HParams, point: Params, oracle, key) -> Params:
 
 def _group_mean(x: jax.Array, size: int) -> jax.Array:
     """Each worker's row replaced by its group's mean (groups: consecutive blocks of ``size``), as
-    one contraction with the block-averaging matrix (see algos._linalg on why)."""
+    one contraction with the block-averaging matrix (see theory.linalg on why)."""
     n = x.shape[0]
-    return _linalg.mix(jnp.asarray(np.kron(np.eye(n // size), np.full((size, size), 1.0 / size))), x)
+    return linalg.mix(jnp.asarray(np.kron(np.eye(n // size), np.full((size, size), 1.0 / size))), x)
+
+
+def _stack_workers(hparams, params, n) -> HierarchicalState:
+    stacked = jax.tree.map(lambda x: jnp.broadcast_to(x, (n,) + jnp.shape(x)), params)
+    return HierarchicalState(stacked, jnp.zeros((), jnp.int32))
+
+
+def _mean_of_workers(state: HierarchicalState) -> Params:
+    """The model the metrics see: the mean of the workers (the synchronised model after a global average)."""
+    return jax.tree.map(linalg.leading_mean, state.workers)
+
+
+@dataclasses.dataclass(frozen=True)
+class _HierarchicalApply:
+    """A round of local steps, then the averaging of :func:`theory.hierarchy.sync_level` (levels:
+    ``((period, group size), ...)`` sorted by period)."""
+
+    levels: tuple
+    warmup: int
+
+    def which(self, step):
+        """0: no averaging; ℓ + 1: level ℓ's groups average (the longest period dividing step)."""
+        idx = jnp.asarray(0, jnp.int32)
+        for l, (p, _) in enumerate(self.levels):  # ascending: the last match is the longest period
+            idx = jnp.where(step % int(p) == 0, l + 1, idx)
+        return jnp.where(step < self.warmup, len(self.levels), idx)
+
+    def __call__(self, hparams, state: HierarchicalState, messages, events: Event, mask):
+        sizes = [s for _, s in self.levels]
+        ok = mask & events.delivered
+        slot_worker = jnp.where(mask, events.worker, 0)  # for gathering: always in range
+        n = jax.tree.leaves(state.workers)[0].shape[0]
+        target = jnp.where(ok, events.worker, n)  # for scattering: lost and padding slots write nowhere
+
+        def scatter(stacked, new):
+            return stacked.at[target].set(new, mode="drop")
+
+        workers = jax.tree.map(scatter, state.workers, messages)
+        level = self.which(state.step)
+        branches = [lambda w: w] + [lambda w, s=s: jax.tree.map(lambda x: _group_mean(x, s), w) for s in sizes]
+        workers = jax.lax.switch(level, branches, workers)
+        nxt = jax.tree.map(lambda x: x[slot_worker], workers)
+        synced = jnp.asarray([0] + sizes, jnp.float32)[level]
+        return (HierarchicalState(workers, state.step + 1), nxt,
+                {"group_size": jnp.where(mask, synced, 0.0)})
+
+
+@dataclasses.dataclass(frozen=True)
+class _HierarchicalValidate:
+    levels: tuple
+
+    def __call__(self, hparams, n):
+        _checks.check_stepsize("hierarchical_sgd", hparams["stepsize"])
+        if n:
+            try:
+                hierarchy.check_levels(dict(self.levels), n)
+            except ValueError as err:
+                raise ValueError(f"hierarchical_sgd: {err} (the problem has {n} workers)") from None
 
 
 def hierarchical_sgd(*, stepsize: float, levels: dict, warmup: int = 0) -> Algorithm:
     """Hierarchical SGD (spec mitigation.md §4; PyTorch's HierarchicalModelAverager): every
     worker takes local SGD steps of size γ on its own parameters; after step k, the groups of
-    ``algos.hierarchy.sync_level`` (consecutive blocks of workers) replace their members' parameters
+    ``theory.hierarchy.sync_level`` (consecutive blocks of workers) replace their members' parameters
     by the group mean: all n for the first ``warmup`` steps (synchronous SGD), then the groups of
     the longest period in ``levels = {period: group size}`` that divides k. Optimiser state is
     not averaged (plain SGD has none). Run it on ``sim.schedules.hierarchical`` with the same
@@ -173,49 +224,9 @@ def hierarchical_sgd(*, stepsize: float, levels: dict, warmup: int = 0) -> Algor
         warmup = hierarchy.check_warmup(warmup)
     except ValueError as err:
         raise ValueError(f"hierarchical_sgd: {err}") from None
-    sizes = [s for _, s in lv]
-    periods = np.array([p for p, _ in lv])
-
-    def init(hparams, params, n):
-        stacked = jax.tree.map(lambda x: jnp.broadcast_to(x, (n,) + jnp.shape(x)), params)
-        return HierarchicalState(stacked, jnp.zeros((), jnp.int32))
-
-    def which(step):
-        """0: no averaging; ℓ + 1: level ℓ's groups average (the longest period dividing step)."""
-        idx = jnp.asarray(0, jnp.int32)
-        for l, p in enumerate(periods):  # ascending: the last match is the longest period
-            idx = jnp.where(step % int(p) == 0, l + 1, idx)
-        return jnp.where(step < warmup, len(sizes), idx)
-
-    def apply_round(hparams, state: HierarchicalState, messages, events: Event, mask):
-        ok = mask & events.delivered
-        slot_worker = jnp.where(mask, events.worker, 0)  # for gathering: always in range
-        n = jax.tree.leaves(state.workers)[0].shape[0]
-        target = jnp.where(ok, events.worker, n)  # for scattering: lost and padding slots write nowhere
-
-        def scatter(stacked, new):
-            return stacked.at[target].set(new, mode="drop")
-
-        workers = jax.tree.map(scatter, state.workers, messages)
-        level = which(state.step)
-        branches = [lambda w: w] + [lambda w, s=s: jax.tree.map(lambda x: _group_mean(x, s), w) for s in sizes]
-        workers = jax.lax.switch(level, branches, workers)
-        nxt = jax.tree.map(lambda x: x[slot_worker], workers)
-        synced = jnp.asarray([0] + sizes, jnp.float32)[level]
-        return (HierarchicalState(workers, state.step + 1), nxt,
-                {"group_size": jnp.where(mask, synced, 0.0)})
-
-    def validate(hparams, n):
-        _checks.check_stepsize("hierarchical_sgd", hparams["stepsize"])
-        if n:
-            try:
-                hierarchy.check_levels(dict(lv), n)
-            except ValueError as err:
-                raise ValueError(f"hierarchical_sgd: {err} (the problem has {n} workers)") from None
-
-    return Algorithm("hierarchical_sgd", {"stepsize": stepsize}, init, _sgd_step_work, None,
-                     lambda s: jax.tree.map(_linalg.leading_mean, s.workers),
-                     apply_round=apply_round, validate=validate, point_init=lambda hparams, params: params)
+    return Algorithm("hierarchical_sgd", {"stepsize": stepsize}, _stack_workers, _sgd_step_work, None,
+                     _mean_of_workers, apply_round=_HierarchicalApply(lv, warmup),
+                     validate=_HierarchicalValidate(lv), point_init=own_model)
 
 
 # --- ASGD with a staleness weighting ----------------------------------------------------------

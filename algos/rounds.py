@@ -19,8 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from algos import _checks, _rows
-from algos.base import Algorithm, Event, HParams, Params
-from algos.tables import _check_int
+from algos.base import Algorithm, Event, HParams, Params, state_params
 
 
 def point_and_gradient_work(hparams: HParams, point: Params, oracle, key) -> tuple:
@@ -69,7 +68,9 @@ def _rennala_apply(hparams: HParams, state: RennalaState, message, event: Event)
     return state, params, stats
 
 
-_validate_rennala = _checks.stepsize_only("rennala_sgd")
+def _validate_rennala(hparams, num_workers):
+    _checks.check_stepsize("rennala_sgd", hparams["stepsize"])
+    _checks.check_int_hparam("rennala_sgd", hparams, "batch")
 
 
 def rennala_sgd(*, stepsize: float, batch: int) -> Algorithm:
@@ -84,8 +85,8 @@ def rennala_sgd(*, stepsize: float, batch: int) -> Algorithm:
       stepsize: γ ≥ 0. batch: S ≥ 1.
     """
     _checks.check_stepsize("rennala_sgd", stepsize)
-    return Algorithm("rennala_sgd", {"stepsize": stepsize, "batch": _check_int("rennala_sgd", "batch", batch)},
-                     _rennala_init, point_and_gradient_work, _rennala_apply, lambda s: s.params,
+    return Algorithm("rennala_sgd", {"stepsize": stepsize, "batch": _checks.check_int("rennala_sgd", "batch", batch)},
+                     _rennala_init, point_and_gradient_work, _rennala_apply, state_params,
                      validate=_validate_rennala)
 
 
@@ -129,7 +130,9 @@ def _malenia_apply(hparams: HParams, state: MaleniaState, message, event: Event)
     return state, params, stats
 
 
-_validate_malenia = _checks.stepsize_only("malenia_sgd")
+def _validate_malenia(hparams, num_workers):
+    _checks.check_stepsize("malenia_sgd", hparams["stepsize"])
+    _checks.check_int_hparam("malenia_sgd", hparams, "batch")
 
 
 def malenia_sgd(*, stepsize: float, batch: int) -> Algorithm:
@@ -141,8 +144,8 @@ def malenia_sgd(*, stepsize: float, batch: int) -> Algorithm:
       stepsize: γ ≥ 0. batch: S ≥ 1 (S ≤ n means: one gradient from every worker).
     """
     _checks.check_stepsize("malenia_sgd", stepsize)
-    return Algorithm("malenia_sgd", {"stepsize": stepsize, "batch": _check_int("malenia_sgd", "batch", batch)},
-                     _malenia_init, point_and_gradient_work, _malenia_apply, lambda s: s.params,
+    return Algorithm("malenia_sgd", {"stepsize": stepsize, "batch": _checks.check_int("malenia_sgd", "batch", batch)},
+                     _malenia_init, point_and_gradient_work, _malenia_apply, state_params,
                      validate=_validate_malenia)
 
 
@@ -221,4 +224,4 @@ def ringleader_asgd(*, stepsize: float) -> Algorithm:
     """
     _checks.check_stepsize("ringleader_asgd", stepsize)
     return Algorithm("ringleader_asgd", {"stepsize": stepsize}, _ringleader_init, point_and_gradient_work,
-                     _ringleader_apply, lambda s: s.params, validate=_validate_ringleader)
+                     _ringleader_apply, state_params, validate=_validate_ringleader)

@@ -11,8 +11,8 @@ import jax
 import jax.numpy as jnp
 
 from algos import _checks
-from algos.asgd import ASGDState, _init, _params
-from algos.base import Algorithm, Event, HParams, Params, gradient_work
+from algos.asgd import ASGDState, _init
+from algos.base import Algorithm, Event, HParams, Params, gradient_work, state_params
 
 
 def _apply_round(hparams: HParams, state: ASGDState, grads: Params, events: Event, mask):
@@ -48,7 +48,7 @@ def minibatch_sgd(*, stepsize: float) -> Algorithm:
         init=_init,
         work=gradient_work,
         apply=None,
-        params=_params,
+        params=state_params,
         apply_round=_apply_round,
         validate=_validate,
     )

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from algos import _checks, _rows
-from algos.base import Algorithm, Event, HParams, Params, gradient_work
+from algos.base import Algorithm, Event, HParams, Params, gradient_work, state_params
 
 
 class Clock(NamedTuple):
@@ -34,12 +34,6 @@ def _tick(clock: Clock, worker, updated) -> Clock:
 
 def _step(x: Params, g: Params, scale, use) -> Params:
     return jax.tree.map(lambda a, b: jnp.where(use, a - scale.astype(a.dtype) * b, a), x, g)
-
-
-def _check_int(name: str, arg: str, value, minimum: int = 1) -> int:
-    if isinstance(value, bool) or int(value) != value or value < minimum:
-        raise ValueError(f"{name}: {arg} must be an integer >= {minimum}; got {value!r}")
-    return int(value)
 
 
 # --- Ringmaster ASGD ---------------------------------------------------------------------------
@@ -63,7 +57,9 @@ def _ringmaster_apply(hparams: HParams, state: RingmasterState, grad: Params, ev
     return RingmasterState(params, _tick(state.clock, event.worker, use)), params, stats
 
 
-_validate_ringmaster = _checks.stepsize_only("ringmaster_asgd")
+def _validate_ringmaster(hparams, num_workers):
+    _checks.check_stepsize("ringmaster_asgd", hparams["stepsize"])
+    _checks.check_int_hparam("ringmaster_asgd", hparams, "threshold")
 
 
 def ringmaster_asgd(*, stepsize: float, threshold: int) -> Algorithm:
@@ -78,9 +74,9 @@ def ringmaster_asgd(*, stepsize: float, threshold: int) -> Algorithm:
       threshold: R ≥ 1, the delay (in server updates) from which gradients are discarded.
     """
     _checks.check_stepsize("ringmaster_asgd", stepsize)
-    _check_int("ringmaster_asgd", "threshold", threshold)
+    _checks.check_int("ringmaster_asgd", "threshold", threshold)
     return Algorithm("ringmaster_asgd", {"stepsize": stepsize, "threshold": int(threshold)}, _ringmaster_init,
-                     gradient_work, _ringmaster_apply, lambda s: s.params, validate=_validate_ringmaster)
+                     gradient_work, _ringmaster_apply, state_params, validate=_validate_ringmaster)
 
 
 # --- IA²SGD (gradient table) ------------------------------------------------------------------
@@ -122,7 +118,7 @@ def ia2sgd(*, stepsize: float) -> Algorithm:
     """
     _checks.check_stepsize("ia2sgd", stepsize)
     return Algorithm("ia2sgd", {"stepsize": stepsize}, _ia2_init, gradient_work, _ia2_apply,
-                     lambda s: s.params, validate=_validate_ia2)
+                     state_params, validate=_validate_ia2)
 
 
 # --- FedBuff-style buffered ASGD --------------------------------------------------------------
@@ -157,6 +153,7 @@ def _fedbuff_apply(hparams: HParams, state: BufferState, grad: Params, event: Ev
 
 
 def _validate_fedbuff(hparams, num_workers):
+    _checks.check_int_hparam("fedbuff_asgd", hparams, "buffer_size")
     _checks.check_stepsize("fedbuff_asgd", hparams["local_stepsize"], argument="local_stepsize")
     _checks.check_stepsize("fedbuff_asgd", hparams["server_stepsize"], argument="server_stepsize")
     _checks.check_stepsize("fedbuff_asgd", hparams["staleness_exponent"], argument="staleness_exponent")
@@ -177,7 +174,7 @@ def fedbuff_asgd(*, local_stepsize: float, server_stepsize: float = 1.0, buffer_
       staleness_exponent: a ≥ 0.
     """
     hp = {"local_stepsize": local_stepsize, "server_stepsize": server_stepsize,
-          "buffer_size": _check_int("fedbuff_asgd", "buffer_size", buffer_size), "staleness_exponent": staleness_exponent}
+          "buffer_size": _checks.check_int("fedbuff_asgd", "buffer_size", buffer_size), "staleness_exponent": staleness_exponent}
     _validate_fedbuff(hp, 0)
-    return Algorithm("fedbuff_asgd", hp, _fedbuff_init, gradient_work, _fedbuff_apply, lambda s: s.params,
+    return Algorithm("fedbuff_asgd", hp, _fedbuff_init, gradient_work, _fedbuff_apply, state_params,
                      validate=_validate_fedbuff)

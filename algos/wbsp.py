@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from algos import _checks
-from algos.base import Algorithm, Event, HParams, Params
+from algos.base import Algorithm, Event, HParams, Params, own_model, state_params
 
 
 class WBSPState(NamedTuple):
@@ -89,5 +89,4 @@ def wbsp(*, stepsize: float, slowest: int) -> Algorithm:
     """
     hp = {"stepsize": stepsize, "slowest": slowest}
     _validate(hp, 0)
-    return Algorithm("wbsp", hp, _init, _work, _apply, lambda s: s.params, validate=_validate,
-                     point_init=lambda hparams, params: params)
+    return Algorithm("wbsp", hp, _init, _work, _apply, state_params, validate=_validate, point_init=own_model)

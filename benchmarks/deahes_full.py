@@ -26,12 +26,12 @@ import time
 import jax
 import numpy as np
 
-from paper_figures import deahes
+from delaylab import deahes
 
 
 def _timed(alg, problem, schedule, hp, cfg, P) -> float:
     t = time.perf_counter()
-    res = deahes._sweep(alg, problem, schedule, jax.random.split(jax.random.key(0), 1), hp, P, cfg)
+    res = deahes.sweep(alg, problem, schedule, jax.random.split(jax.random.key(0), 1), hp, P, cfg)
     jax.block_until_ready(res.metrics["loss"])
     return time.perf_counter() - t
 
@@ -43,30 +43,30 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, nargs="+", default=list(deahes.WORKERS))
     ap.add_argument("--data", default=None, help="MNIST-format data (default: the usual places)")
     args = ap.parse_args(argv)
-    cfg = dict(deahes.PRESETS["full"])
-    r1, r2 = args.rounds or (cfg["log_rounds"], 2 * cfg["log_rounds"])
+    cfg = deahes.PRESETS["full"]
+    r1, r2 = args.rounds or (cfg.log_rounds, 2 * cfg.log_rounds)
     if not 0 < r1 < r2:
         ap.error(f"--rounds needs 0 < R1 < R2; got {r1} {r2}")
-    if r1 % cfg["log_rounds"] or r2 % cfg["log_rounds"]:
-        ap.error(f"--rounds must be multiples of the preset's evaluation period ({cfg['log_rounds']} rounds), "
+    if r1 % cfg.log_rounds or r2 % cfg.log_rounds:
+        ap.error(f"--rounds must be multiples of the preset's evaluation period ({cfg.log_rounds} rounds), "
                  f"so that the short runs evaluate as often as the full one; got {r1} {r2}")
     jax.config.update("jax_enable_x64", True)  # as `delaylab figure` runs it
-    name, Xtr, ytr, Xte, yte = deahes._dataset(cfg, args.data)
-    full_rounds, seeds = cfg["rounds"], cfg["seeds"]
+    name, Xtr, ytr, Xte, yte = deahes.dataset(cfg, args.data)
+    full_rounds, seeds = cfg.rounds, cfg.seeds
     periods = np.asarray(deahes.PERIODS, np.int32)
-    print(f"deahes full preset on {name}: {len(ytr)} training / {len(yte)} test images, eval_size {cfg['eval_size']}, "
+    print(f"deahes full preset on {name}: {len(ytr)} training / {len(yte)} test images, eval_size {cfg.eval_size}, "
           f"{full_rounds} rounds × {seeds} seeds; timed at {r1} and {r2} rounds, 1 seed; jax {jax.__version__}, "
           f"{jax.devices()[0].platform}", flush=True)
     total = 0.0
     for P in args.workers:
-        problems = deahes._problems(P, cfg, Xtr, ytr, Xte, yte)
-        algs = deahes._algorithms(trace=P * full_rounds)
+        problems = deahes.problems(P, cfg, Xtr, ytr, Xte, yte)
+        algs = deahes.algorithms(trace=P * full_rounds)
         parts = [("calibration",) + algs["EAHES-O"] + (False,)] + [(m,) + v + (True,) for m, v in algs.items()]
         for label, alg, split, failing in parts:
             hp = {"period": periods}
             if label == "DEAHES-O":
                 hp["a0"] = np.ones(len(periods), np.float32)
-            t = [_timed(alg, problems[split], deahes._schedules(P, r)[int(failing)], hp, cfg, P) for r in (r1, r2)]
+            t = [_timed(alg, problems[split], deahes.schedules_for(P, r)[int(failing)], hp, cfg, P) for r in (r1, r2)]
             per_round = max(t[1] - t[0], 0.0) / (r2 - r1)
             est = t[0] + (full_rounds * seeds - r1) * per_round
             total += est

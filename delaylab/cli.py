@@ -30,11 +30,12 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("name", choices=sorted(FIGURES), help="which figure")
     f.add_argument("--quick", action="store_true", help="a smaller preset (minutes on 2 cores)")
     f.add_argument("--preset", default=None,
-                   help="a named preset, for figures that have more than quick/full (r5: quick, medium, full)")
+                   help="a named preset (every figure has quick and full; r5 also medium and control, deahes "
+                        "quick-stale and full-stale)")
     f.add_argument("--out", default=None, help="output folder (default: out/figures/NAME)")
     f.add_argument("--redraw", metavar="NPZ", default=None,
                    help="redraw the figure, CSV and findings text from the .npz an earlier run wrote, "
-                        "without computing (figures that store one: r5, deahes)")
+                        "without computing")
     return p
 
 
@@ -113,6 +114,48 @@ def _cmd_run(args) -> int:
     return 0
 
 
+def _cmd_figure(args) -> int:
+    import jax
+
+    import paper_figures
+
+    jax.config.update("jax_enable_x64", True)
+    fig = paper_figures.figure(args.name)
+    out = args.out or f"out/figures/{args.name}"
+    if args.redraw is not None:
+        if args.quick or args.preset is not None:
+            print("delaylab figure: --redraw takes the preset from the .npz it reads; drop --quick/--preset",
+                  file=sys.stderr)
+            return 2
+        if not os.path.isfile(args.redraw):
+            print(f"delaylab figure: --redraw {args.redraw!r}: no such file (expected the .npz an earlier "
+                  f"`delaylab figure {args.name}` wrote)", file=sys.stderr)
+            return 2
+        try:
+            data = fig.load(args.redraw)
+        except (KeyError, ValueError, OSError) as err:
+            print(f"delaylab figure: --redraw {args.redraw!r} is not a {args.name} data file ({err})", file=sys.stderr)
+            return 2
+        path = fig.write(out, data=data)
+        print(f"{args.name}: redrew {path} from {args.redraw}")
+        return 0
+    if args.preset is not None and args.quick:
+        print("delaylab figure: give --preset or --quick, not both", file=sys.stderr)
+        return 2
+    try:
+        preset, _ = fig.preset(args.preset, quick=args.quick)
+    except ValueError as err:
+        print(f"delaylab figure: {err}", file=sys.stderr)
+        return 2
+    try:
+        path = fig.write(out, preset=preset)
+    except paper_figures.MixedConvolution as err:
+        print(f"delaylab figure: {err}", file=sys.stderr)
+        return 2
+    print(f"{args.name}: wrote {path} (data and findings text beside it)")
+    return 0
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "run":
@@ -140,56 +183,16 @@ def main(argv=None) -> int:
             print(f"{verify.NOISE_SCENARIO:15s} noise floors of vanilla and Rescaled vs V σ²/(4Γ), and their ratio τ_A/τ_H")
             return 0
         try:
+            from paper_figures import r1_bias_toy
+
             return verify.run_verify(None if args.no_out else args.out, as_json=args.json,
-                                     names=args.scenario, quiet=args.quiet or args.json)
+                                     names=args.scenario, quiet=args.quiet or args.json,
+                                     figure=r1_bias_toy.write)
         except ValueError as err:
             print(f"delaylab verify: {err}", file=sys.stderr)
             return 2
     if args.command == "figure":
-        import importlib
-
-        import jax
-
-        from paper_figures import FIGURES
-
-        jax.config.update("jax_enable_x64", True)
-        module = importlib.import_module(FIGURES[args.name][0])
-        out = args.out or f"out/figures/{args.name}"
-        if args.redraw is not None:
-            import os
-
-            if args.quick or args.preset is not None:
-                print("delaylab figure: --redraw takes the preset from the .npz it reads; drop --quick/--preset",
-                      file=sys.stderr)
-                return 2
-            if not hasattr(module, "load_data"):
-                able = sorted(k for k, (mod, _) in FIGURES.items() if hasattr(importlib.import_module(mod), "load_data"))
-                print(f"delaylab figure: {args.name} stores no data to redraw from; --redraw works for {able}",
-                      file=sys.stderr)
-                return 2
-            if not os.path.isfile(args.redraw):
-                print(f"delaylab figure: --redraw {args.redraw!r}: no such file (expected the .npz an earlier "
-                      f"`delaylab figure {args.name}` wrote)", file=sys.stderr)
-                return 2
-            try:
-                data = module.load_data(args.redraw)
-            except (KeyError, ValueError, OSError) as err:
-                print(f"delaylab figure: --redraw {args.redraw!r} is not a {args.name} data file ({err})", file=sys.stderr)
-                return 2
-            path = module.write(out, data=data)
-            print(f"{args.name}: redrew {path} from {args.redraw}")
-            return 0
-        presets = getattr(module, "PRESETS", None)
-        if args.preset is not None:
-            if presets is None or args.preset not in presets:
-                allowed = sorted(presets) if presets else "none (use --quick)"
-                print(f"delaylab figure: {args.name} has no preset {args.preset!r}; allowed: {allowed}", file=sys.stderr)
-                return 2
-            path = module.write(out, preset=args.preset)
-        else:
-            path = module.write(out, quick=args.quick)
-        print(f"{args.name}: wrote {path} (data and findings text beside it)")
-        return 0
+        return _cmd_figure(args)
     return 2
 
 

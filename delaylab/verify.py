@@ -186,8 +186,11 @@ def _progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def run_verify(out_dir: str | None, *, as_json: bool, names=None, figure: bool = True, quiet: bool = False) -> int:
-    """The `delaylab verify` command. Returns the exit status (0 iff every check passes)."""
+def run_verify(out_dir: str | None, *, as_json: bool, names=None, figure=None, quiet: bool = False) -> int:
+    """The `delaylab verify` command. Returns the exit status (0 iff every check passes).
+
+    ``figure``: ``figure(out_dir) -> path``, called once the checks are written (the command line
+    passes the bias toy's figure; this module draws nothing itself, since figures sit above it)."""
     jax.config.update("jax_enable_x64", True)  # theory checks run in float64 (DESIGN.md, Numbers)
     from sim import store
 
@@ -209,10 +212,8 @@ def run_verify(out_dir: str | None, *, as_json: bool, names=None, figure: bool =
         for o in outcomes:
             for alg_name, m in o.metrics.items():
                 store.write_metrics(runs_dir, m, name=f"{o.name}-{alg_name}")
-        if figure:
-            from paper_figures import r1_bias_toy
-
-            fig_path = r1_bias_toy.write(out_dir)
+        if figure is not None:
+            fig_path = figure(out_dir)
             if not quiet:
                 _progress(f"figure: {fig_path}")
     if as_json:

@@ -1,6 +1,15 @@
-"""One module per reproduced figure. Each has ``write(out_dir, *, quick=False) -> png path``
-and writes the PNG, the data behind it (CSV/JSON) and a text of what it found."""
+"""One module per reproduced figure, each following the figure protocol of
+:mod:`paper_figures._figure` (a frozen preset type, ``compute``, ``plot``, ``findings``, ``rows``,
+and ``FIGURE``). :func:`figure` gives a figure by its command-line name; ``FIGURES`` lists them
+without importing their modules (for ``delaylab figure --help``)."""
 
+from __future__ import annotations
+
+import importlib
+
+from paper_figures._figure import Figure, MixedConvolution, Parts
+
+# name -> (module, one line)
 FIGURES = {
     "r1": ("paper_figures.r1_bias_toy", "bias toy: x against simulated time, vanilla / Rescaled / γ ∝ 1/τ (Fig. A)"),
     "r2": ("paper_figures.r2_implicit_weights", "implicit weights of 5 step rules on 4 τ profiles"),
@@ -20,3 +29,16 @@ FIGURES = {
                   "a real Ray run against its exact replay and the fixed-computation model fitted to it, in seconds"),
     "r6": ("paper_figures.r6_homogeneous", "homogeneous data: Rescaled vs vanilla (noise floor τ_A/τ_H), median/IQR over seeds"),
 }
+
+
+def figure(name: str) -> Figure:
+    """The figure ``name`` (its module's ``FIGURE``)."""
+    if name not in FIGURES:
+        raise ValueError(f"unknown figure {name!r}; allowed: {sorted(FIGURES)}")
+    fig = importlib.import_module(FIGURES[name][0]).FIGURE
+    if not isinstance(fig, Figure) or fig.name != name:
+        raise TypeError(f"{FIGURES[name][0]}.FIGURE must be the paper_figures.Figure named {name!r}")
+    return fig
+
+
+__all__ = ["FIGURES", "Figure", "MixedConvolution", "Parts", "figure"]

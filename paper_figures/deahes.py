@@ -35,134 +35,50 @@ configuration and code; the parts are deleted once the figure is written. Every 
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import jax
 import numpy as np
 
-import sim
 from algos import elastic as ea
-from paper_figures import _parts
-from paper_figures._output import save_figure, write_outputs
-from sim import schedules
-from sim.data import digits, load_mnist_format
-from sim.models import cnn_classifier
-
-PRESETS = {
-    # quick: 20 rounds and F on 720 of the 1,437 training images keep it under 15 minutes on 2 cores
-    # (25 rounds and all 1,437: 16.7 min alone on the machine with the evaluation in chunks of 128,
-    # and on course for about 15.5 min with today's one pass)
-    "quick": dict(data="digits", rounds=20, seeds=3, train_size=None, eval_size=720, test_size=None, log_rounds=1,
-                  batching="vmap"),
-    # full: the master is evaluated (10,000 training and 10,000 test images) every 5 rounds (every
-    # round, that evaluation took over half of a round's time on the 2-core CPU); the workers' jobs
-    # run one after another (lax.map), 1.5x faster than vmap on 28×28 (benchmarks/workers.py), while
-    # on 8×8 digits vmap is as fast or faster (benchmarks/RESULTS.md)
-    "full": dict(data="mnist-format", rounds=150, seeds=3, train_size=None, eval_size=10000, test_size=None,
-                 log_rounds=5, batching="map"),
-}
-# The same runs with the other failure semantics of spec §4: a failed worker is crashed (no
-# progress) and its first exchange after recovery carries its old parameters.
-PRESETS["quick-stale"] = dict(PRESETS["quick"], semantics="stale")
-PRESETS["full-stale"] = dict(PRESETS["full"], semantics="stale")
-WORKERS = (4, 8)
-PERIODS = (1, 2, 4)
-LR, MOMENTUM, ALPHA, FAILURE_P, BATCH, KAPPA = 0.01, 0.5, 0.1, 1.0 / 3.0, 64, 2.0
-METHODS = ("EASGD", "EAMSGD", "EAHES", "EAHES-O", "EAHES-OM", "DEAHES-O")
-HESSIAN = ("EAHES", "EAHES-O", "EAHES-OM", "DEAHES-O")
-
-
-def _algorithms(trace: int, failure: str = "suppressed") -> dict:
-    """name -> (algorithm, split); each a composition of local optimiser × split × exchange rule."""
-    f = dict(alpha=ALPHA, failure=failure)
-    return {
-        "EASGD": (ea.easgd(learning_rate=LR, **f), "iid"),
-        "EAMSGD": (ea.eamsgd(learning_rate=LR, momentum=MOMENTUM, **f), "iid"),
-        "EAHES": (ea.eahes(learning_rate=LR, **f), "iid"),
-        "EAHES-O": (ea.eahes(learning_rate=LR, trace=trace, **f), "overlap"),
-        "EAHES-OM": (ea.eahes_om(learning_rate=LR, **f), "overlap"),
-        "DEAHES-O": (ea.deahes_o(learning_rate=LR, trace=trace, **f), "overlap"),
-    }
-
-
-def _dataset(cfg: dict, data_path: Optional[str]):
-    ds = digits() if cfg["data"] == "digits" else load_mnist_format(data_path)
-    n_tr = cfg["train_size"] or len(ds.y_train)
-    n_te = cfg["test_size"] or len(ds.y_test)
-    return ds.name, ds.x_train[:n_tr], ds.y_train[:n_tr], ds.x_test[:n_te], ds.y_test[:n_te]
-
-
-def _trend_spread(state) -> np.ndarray:
-    """Standard deviation of the recorded trends a (a = 0 entries, before p values, left out), per τ."""
-    a = np.asarray(state.trace_a, np.float64)  # [τ, seeds, K]
-    out = []
-    for t in range(a.shape[0]):
-        v = a[t][(a[t] != 0.0)]
-        out.append(float(np.std(v)) if v.size else 1.0)
-    return np.asarray(out)
-
-
-def _problems(P: int, cfg: dict, Xtr, ytr, Xte, yte) -> dict:
-    """split -> the CNN problem for P workers: "iid" (disjoint shards) and "overlap" (r = 1/P)."""
-    return {split: cnn_classifier(Xtr, ytr, Xte, yte, num_workers=P, split=split,
-                                  overlap=(1.0 / P if split == "overlap" else 0.0), batch_size=BATCH,
-                                  eval_size=cfg["eval_size"], dtype=np.float32)
-            for split in ("iid", "overlap")}
-
-
-def _schedules(P: int, rounds: int):
-    """(failure-free, failing) schedules of ``rounds`` communication rounds: equal job durations,
-    each exchange lost with probability ``FAILURE_P``; the failure draws depend on P only."""
-    clean = schedules.fixed_computation(np.ones(P), num_events=P * rounds)
-    return clean, schedules.with_failures(clean, probability=FAILURE_P, seed=P)
-
-
-def _sweep(alg, problem, schedule, keys, hparams: dict, P: int, cfg: dict):
-    """One part's compiled sweep over τ × seeds, logged and batched as the preset says (the figure
-    and ``benchmarks/deahes_full`` both run their parts through this)."""
-    return sim.sweep(alg, problem, schedule, keys=keys, hparams=hparams, log_every=P * cfg["log_rounds"], runs="map",
-                     batching=cfg["batching"])
+from delaylab.deahes import (HESSIAN, KAPPA, METHODS, PERIODS, PRESETS, WORKERS, Preset, algorithms, dataset,
+                             problems, schedules_for, sweep, trend_spread)
+from paper_figures._figure import Figure, Parts
+from paper_figures._output import save_figure
 
 
 def _part_names() -> list:
     return [(P, m) for P in WORKERS for m in ("calibration",) + METHODS]
 
 
-def compute(*, quick: bool = False, preset: Optional[str] = None, data_path: Optional[str] = None,
-            progress: bool = True, parts_dir: Optional[str] = None) -> dict:
-    """Every (P, method) as one compiled sweep over τ × seeds. With ``parts_dir``, each finished
-    sweep (and each a0 calibration) is stored there and a rerun with the same configuration and
-    code reuses it (:mod:`paper_figures._parts`), so a stopped run resumes where it was."""
-    name = preset or ("quick" if quick else "full")
-    cfg = PRESETS[name]
-    semantics = cfg.get("semantics", "suppressed")
-    dataset, Xtr, ytr, Xte, yte = _dataset(cfg, data_path)
-    keys = jax.random.split(jax.random.key(0), cfg["seeds"])
+def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, progress: bool = True) -> dict:
+    """Every (P, method) as one compiled sweep over τ × seeds, and one part (each a0 calibration
+    too), so that a stopped run resumes where it was."""
+    cfg = preset
+    semantics = cfg.semantics
+    data_name, Xtr, ytr, Xte, yte = dataset(cfg, data_path)
+    keys = jax.random.split(jax.random.key(0), cfg.seeds)
     periods = np.asarray(PERIODS, np.int32)
-    out = {"preset": name, "dataset": dataset, "rounds": cfg["rounds"], "seeds": cfg["seeds"], "train_size": len(ytr),
+    out = {"preset": cfg.name, "dataset": data_name, "rounds": cfg.rounds, "seeds": cfg.seeds, "train_size": len(ytr),
            "test_size": len(yte), "semantics": semantics, "periods": list(PERIODS), "workers": list(WORKERS),
            "runs": {}}
-    code = _parts.code_hash(__file__)
-    _parts.announce_resume(parts_dir, "deahes")
     total, done = len(_part_names()), 0
 
     def part(P, label, key_extra, fn):
         nonlocal done
-        key = _parts.make_key(code=code, cfg=cfg, dataset=dataset, train=len(ytr), test=len(yte), P=P, part=label,
-                              **key_extra)
-        got, reused = _parts.load_or_compute(parts_dir, f"P{P}_{label}", key, fn)
+        inputs = dict(preset=cfg, dataset=data_name, train=len(ytr), test=len(yte), P=P, part=label, **key_extra)
+        got, reused = parts.get(f"P{P}_{label}", inputs, fn)
         done += 1
         return got, reused
 
     for P in WORKERS:
-        problems = _problems(P, cfg, Xtr, ytr, Xte, yte)
-        clean, failing = _schedules(P, cfg["rounds"])
-        algs = _algorithms(trace=P * cfg["rounds"], failure=semantics)
+        probs = problems(P, cfg, Xtr, ytr, Xte, yte)
+        clean, failing = schedules_for(P, cfg.rounds)
+        algs = algorithms(trace=P * cfg.rounds, failure=semantics)
 
         def calibrate():  # a0 from failure-free EAHES-O runs (same compiled program as the failing runs below)
-            calib = _sweep(algs["EAHES-O"][0], problems["overlap"], clean, keys, {"period": periods}, P, cfg)
-            return {"a0": KAPPA * _trend_spread(calib.state)}
+            calib = sweep(algs["EAHES-O"][0], probs["overlap"], clean, keys, {"period": periods}, P, cfg)
+            return {"a0": KAPPA * trend_spread(calib.state)}
 
         cal, reused = part(P, "calibration", {}, calibrate)
         a0 = np.asarray(cal["a0"], np.float64)
@@ -178,7 +94,7 @@ def compute(*, quick: bool = False, preset: Optional[str] = None, data_path: Opt
                 hp["a0"] = a0.astype(np.float32)
 
             def run_method(alg=alg, split=split, hp=hp, m=m):
-                res = _sweep(alg, problems[split], failing, keys, hp, P, cfg)
+                res = sweep(alg, probs[split], failing, keys, hp, P, cfg)
                 got = {"loss": np.asarray(res.metrics["loss"]), "accuracy": np.asarray(res.metrics["test_accuracy"]),
                        "diverged": np.asarray(int(np.sum(res.diverged_at >= 0))),
                        "round": np.asarray(res.metrics["events"]) / P}
@@ -322,22 +238,9 @@ def load_data(path: str) -> dict:
     return data
 
 
-def write(out_dir: str, *, quick: bool = False, preset: Optional[str] = None, data: Optional[dict] = None) -> str:
-    """Run (or, given ``data`` from :func:`load_data`, only redraw) and write the outputs: PNG, CSV
-    of the seed means, findings text and the ``.npz`` of every curve."""
-    fresh = data is None
-    stem = "deahes"
-    if fresh:
-        name = preset or ("quick" if quick else "full")
-        # Finished parts are kept under the output folder (ignored by git) until the figure is written.
-        parts_dir = os.path.join(out_dir, ".parts", f"deahes_{name}")
-        data = compute(quick=quick, preset=preset, parts_dir=parts_dir)
-    if data.get("semantics", "suppressed") != "suppressed":
-        stem = f"deahes_{data['semantics']}"
-    if fresh:
-        os.makedirs(out_dir, exist_ok=True)
-        save_data(os.path.join(out_dir, f"{stem}.npz"), data)
-    rows = []
+def rows(data: dict) -> list[dict]:
+    """The seed means of every curve, one row per evaluation round."""
+    out = []
     for j, r in enumerate(data["round"]):
         row = {"round": float(r)}
         for P in data["workers"]:
@@ -346,8 +249,15 @@ def write(out_dir: str, *, quick: bool = False, preset: Optional[str] = None, da
                     run = data["runs"][(P, m)]
                     row[f"P{P} tau{tau} {m} loss"] = float(run["loss"][t, :, j].mean())
                     row[f"P{P} tau{tau} {m} accuracy"] = float(run["accuracy"][t, :, j].mean())
-        rows.append(row)
-    path = write_outputs(out_dir, stem, data, plot, rows, findings(data))
-    if fresh:  # everything is written; the parts were only there to resume a stopped run
-        _parts.remove(parts_dir)
-    return path
+        out.append(row)
+    return out
+
+
+def stem(data: dict) -> str:
+    semantics = data.get("semantics", "suppressed")
+    return "deahes" if semantics == "suppressed" else f"deahes_{semantics}"
+
+
+FIGURE = Figure("deahes", "DEAHES-O Figs. 4-5: elastic averaging with AdaHessian under failures, P ∈ {4, 8}, τ ∈ {1, 2, 4}",
+                PRESETS, compute, plot, findings, rows, stem=stem, module=__file__, convolution=True, save=save_data,
+                load=load_data)

@@ -11,7 +11,7 @@ drawn as a third line, and the exact finite-step orbit averages (theory.periodic
 
 from __future__ import annotations
 
-import os
+import dataclasses
 
 import jax
 import numpy as np
@@ -19,15 +19,29 @@ import numpy as np
 import algos
 import sim
 import theory
-from theory.orbit import periodic_orbit
 from delaylab.scenarios import TOY_TAUS, toy_problem
-from sim import store
+from paper_figures._figure import Figure, Parts
+from paper_figures._output import pyplot, save_figure
+from theory.orbit import periodic_orbit
 
-T_END = 300.0
-STEPSIZE = 0.02
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    name: str
+    t_end: float = 300.0
+    stepsize: float = 0.02
 
 
-def compute(t_end: float = T_END, stepsize: float = STEPSIZE) -> dict:
+# The toy takes a few seconds: the quick preset is the full one.
+PRESETS = {"quick": Preset("quick"), "full": Preset("full")}
+
+
+def compute(preset: Preset, parts: Parts) -> dict:
+    return parts.get("curves", dataclasses.asdict(preset), lambda: _curves(preset.t_end, preset.stepsize))[0] \
+        | {"taus": TOY_TAUS.tolist()}
+
+
+def _curves(t_end: float, stepsize: float) -> dict:
     problem = toy_problem()
     A, b = problem.curvature
     num_events = int(sum(np.floor(t_end / TOY_TAUS)))
@@ -37,7 +51,7 @@ def compute(t_end: float = T_END, stepsize: float = STEPSIZE) -> dict:
     x_star = float(problem.minimiser[0])
     tau_h = theory.harmonic_mean(TOY_TAUS)
     out = {"x_frequency_weighted": float(x_p), "x_true": x_star, "x_inverse_tau_limit": float(x_inv),
-           "stepsize": stepsize, "taus": TOY_TAUS.tolist()}
+           "stepsize": stepsize}
     rules = (("vanilla", algos.asgd(stepsize=stepsize), lambda i, st: stepsize),
              ("rescaled", algos.rescaled_asgd(stepsize=stepsize, taus=TOY_TAUS), lambda i, st: stepsize * TOY_TAUS[i] / tau_h),
              ("inverse_tau", algos.inverse_tau_asgd(stepsize=stepsize, taus=TOY_TAUS), lambda i, st: stepsize * tau_h / TOY_TAUS[i]))
@@ -82,11 +96,7 @@ def findings(data: dict) -> str:
 
 
 def plot(data: dict, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
     ax.plot(data["time"], data["x_vanilla"], color="tab:red", lw=1.6, drawstyle="steps-post", label="Vanilla ASGD")
     ax.plot(data["time"], data["x_rescaled"], color="tab:blue", lw=1.6, drawstyle="steps-post", label="Rescaled ASGD")
@@ -103,24 +113,13 @@ def plot(data: dict, path: str) -> None:
     ax.set_title("Vanilla ASGD is biased; Rescaled ASGD is not (τ = 1, 5, 10)")
     ax.legend(fontsize=8, loc="upper right")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
-def write(out_dir: str, *, quick: bool = False) -> str:
-    """Compute, plot and save: fig_a.png, fig_a.csv (the curves), fig_a.json, fig_a.txt.
+def rows(data: dict) -> list[dict]:
+    return [{"time": float(t), "x_vanilla": float(v), "x_rescaled": float(r), "x_inverse_tau": float(i)}
+            for t, v, r, i in zip(data["time"], data["x_vanilla"], data["x_rescaled"], data["x_inverse_tau"])]
 
-    ``quick`` changes nothing here: the toy takes a few seconds."""
-    del quick
-    os.makedirs(out_dir, exist_ok=True)
-    data = compute()
-    path = os.path.join(out_dir, "fig_a.png")
-    plot(data, path)
-    store.write_csv(os.path.join(out_dir, "fig_a.csv"), [
-        {"time": float(t), "x_vanilla": float(v), "x_rescaled": float(r), "x_inverse_tau": float(i)}
-        for t, v, r, i in zip(data["time"], data["x_vanilla"], data["x_rescaled"], data["x_inverse_tau"])])
-    store.write_json(os.path.join(out_dir, "fig_a.json"), {k: v for k, v in data.items() if np.ndim(v) == 0 or k == "taus"})
-    with open(os.path.join(out_dir, "fig_a.txt"), "w") as fh:
-        fh.write(findings(data))
-    return path
+
+FIGURE = Figure("r1", "bias toy: x against simulated time, vanilla / Rescaled / γ ∝ 1/τ (Fig. A)", PRESETS, compute,
+                plot, findings, rows, stem="fig_a", module=__file__)

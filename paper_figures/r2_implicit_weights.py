@@ -8,13 +8,15 @@ this schedule, spec §2.2) and the closed-form approximation of spec §2.4 (dela
 
 from __future__ import annotations
 
+import dataclasses
 
 import jax
 import numpy as np
 
 import theory
 from delaylab.registry import ALGORITHMS
-from paper_figures._output import save_figure, write_outputs
+from paper_figures._figure import Figure, Parts
+from paper_figures._output import save_figure
 from sim import problems, schedules
 
 N = 6
@@ -41,8 +43,7 @@ def approximate_weights(rule: str, taus: np.ndarray) -> np.ndarray:
     return w / w.sum()
 
 
-def compute(*, quick: bool = False, stepsize: float = 0.004) -> dict:
-    events = 20000 if quick else 60000
+def _compute(events: int, stepsize: float) -> dict:
     problem = problems.quadratic(np.ones((N, N)), np.eye(N))  # diagonal A_i = I, b_i = e_i
     rows = []
     for profile, taus in _profiles().items():
@@ -102,8 +103,24 @@ def plot(data: dict, path: str) -> None:
     save_figure(fig, path)
 
 
-def write(out_dir: str, *, quick: bool = False) -> str:
-    data = compute(quick=quick)
-    flat = [{"profile": r["profile"], "rule": r["rule"], "worker": k, "measured": float(r["measured"][k]),
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    name: str
+    events: int  # arrivals per run
+    stepsize: float = 0.004
+
+
+PRESETS = {"quick": Preset("quick", events=20000), "full": Preset("full", events=60000)}
+
+
+def compute(preset: Preset, parts: Parts) -> dict:
+    return parts.get("all", dataclasses.asdict(preset), lambda: _compute(preset.events, preset.stepsize))[0]
+
+
+def rows(data: dict) -> list[dict]:
+    return [{"profile": r["profile"], "rule": r["rule"], "worker": k, "measured": float(r["measured"][k]),
              "exact": float(r["exact"][k]), "approx": float(r["approx"][k])} for r in data["rows"] for k in range(N)]
-    return write_outputs(out_dir, "r2_implicit_weights", data, plot, flat, findings(data))
+
+
+FIGURE = Figure("r2", "implicit weights of 5 step rules on 4 τ profiles", PRESETS, compute, plot, findings, rows,
+                stem="r2_implicit_weights", module=__file__)

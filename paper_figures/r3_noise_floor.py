@@ -9,13 +9,15 @@ All step sizes of one σ run as one compiled sweep.
 
 from __future__ import annotations
 
+import dataclasses
 
 import jax
 import numpy as np
 
 import theory
 from delaylab.registry import ALGORITHMS
-from paper_figures._output import save_figure, write_outputs
+from paper_figures._figure import Figure, Parts
+from paper_figures._output import save_figure
 from sim import problems, schedules
 
 TAUS = np.array([1.0, 2.0, 3.0, 5.0])
@@ -35,11 +37,8 @@ def _gaps(entry, problem, schedule, steps, q_of, A, b, seeds):
     return out
 
 
-def compute(*, quick: bool = False) -> dict:
-    steps = np.array([0.001, 0.002, 0.004, 0.008]) if quick else np.array([0.0005, 0.001, 0.002, 0.004, 0.008, 0.016])
-    sigmas = (1.0,) if quick else (0.5, 1.0, 2.0)
-    seeds = 2 if quick else 4
-    events = 150_000 if quick else 400_000
+def _compute(p: "Preset") -> dict:
+    steps, sigmas, seeds, events = np.asarray(p.steps), p.sigmas, p.seeds, p.events
     schedule = schedules.fixed_computation(TAUS, num_events=events)
     exact = problems.random_quadratic(4, 5, condition=3.0, spread=1.0, noise=0.0, seed=3)
     A, b = exact.curvature
@@ -104,6 +103,26 @@ def plot(data: dict, path: str) -> None:
     save_figure(fig, path)
 
 
-def write(out_dir: str, *, quick: bool = False) -> str:
-    data = compute(quick=quick)
-    return write_outputs(out_dir, "r3_noise_floor", data, plot, data["rows"], findings(data))
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    name: str
+    steps: tuple  # the step sizes γ
+    sigmas: tuple  # the gradient-noise levels σ
+    seeds: int
+    events: int  # arrivals per run
+
+
+PRESETS = {"quick": Preset("quick", (0.001, 0.002, 0.004, 0.008), (1.0,), seeds=2, events=150_000),
+           "full": Preset("full", (0.0005, 0.001, 0.002, 0.004, 0.008, 0.016), (0.5, 1.0, 2.0), seeds=4, events=400_000)}
+
+
+def compute(preset: Preset, parts: Parts) -> dict:
+    return parts.get("all", dataclasses.asdict(preset), lambda: _compute(preset))[0]
+
+
+def rows(data: dict) -> list[dict]:
+    return data["rows"]
+
+
+FIGURE = Figure("r3", "noise floors against γ and σ, vanilla and Rescaled, with V σ²/(4Γ)", PRESETS, compute, plot, findings, rows,
+                stem="r3_noise_floor", module=__file__)

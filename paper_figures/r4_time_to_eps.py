@@ -10,6 +10,7 @@ the gradient norm of their biased limit.
 
 from __future__ import annotations
 
+import dataclasses
 
 import jax
 import numpy as np
@@ -17,7 +18,8 @@ import numpy as np
 import algos
 import sim
 import theory
-from paper_figures._output import save_figure, write_outputs
+from paper_figures._figure import Figure, Parts
+from paper_figures._output import save_figure
 from sim import schedules
 
 N, D = 8, 10
@@ -37,10 +39,8 @@ def _methods(taus):
     }
 
 
-def compute(*, quick: bool = False) -> dict:
-    events = 40_000 if quick else 160_000
-    seeds = 2 if quick else 4
-    grid = np.array([0.003, 0.01, 0.03]) if quick else np.array([0.002, 0.005, 0.01, 0.02, 0.05])
+def _compute(p: "Preset") -> dict:
+    events, seeds, grid = p.events, p.seeds, np.asarray(p.grid)
     problem = sim.problems.random_quadratic(N, D, condition=4.0, spread=1.0, noise=1.0, seed=21)
     A, b = problem.curvature
     async_sched = schedules.fixed_computation(TAUS, num_events=events)
@@ -124,8 +124,26 @@ def plot(data: dict, path: str) -> None:
     save_figure(fig, path)
 
 
-def write(out_dir: str, *, quick: bool = False) -> str:
-    data = compute(quick=quick)
-    rows = [{"eps": float(e), "lower_bound": float(lb), **{k: float(v[j]) for k, v in data["times"].items()}}
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    name: str
+    events: int  # arrivals of the asynchronous schedule (the synchronous one covers the same time)
+    seeds: int
+    grid: tuple  # step sizes γ (round methods: γ·n)
+
+
+PRESETS = {"quick": Preset("quick", 40_000, 2, (0.003, 0.01, 0.03)),
+           "full": Preset("full", 160_000, 4, (0.002, 0.005, 0.01, 0.02, 0.05))}
+
+
+def compute(preset: Preset, parts: Parts) -> dict:
+    return parts.get("all", dataclasses.asdict(preset), lambda: _compute(preset))[0]
+
+
+def rows(data: dict) -> list[dict]:
+    return [{"eps": float(e), "lower_bound": float(lb), **{k: float(v[j]) for k, v in data["times"].items()}}
             for j, (e, lb) in enumerate(zip(data["eps"], data["lower_bound"]))]
-    return write_outputs(out_dir, "r4_time_to_eps", data, plot, rows, findings(data))
+
+
+FIGURE = Figure("r4", "time to ‖∇F‖² ≤ ε for 7 methods, with the heterogeneous lower bound", PRESETS, compute, plot, findings, rows,
+                stem="r4_time_to_eps", module=__file__)

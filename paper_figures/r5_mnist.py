@@ -19,7 +19,7 @@ CPU), and F is the mean of the workers' shard losses over that subset.
 
 from __future__ import annotations
 
-import os
+import dataclasses
 from typing import Optional
 
 import jax
@@ -27,8 +27,8 @@ import numpy as np
 
 import algos
 import sim
-from paper_figures import _parts
-from paper_figures._output import save_figure, write_outputs
+from paper_figures._figure import Figure, Parts
+from paper_figures._output import save_figure
 from sim import schedules
 from sim.data import load_mnist_format, stratified_subset
 from sim.models import mlp_classifier
@@ -46,18 +46,29 @@ GRIDS = {
     "Ringleader ASGD": (0.0015, 0.005, 0.015),
 }
 
-PRESETS = {
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    name: str
+    horizon: float  # simulated time
+    seeds: int
+    grid: tuple  # which points of each method's GRIDS entry are tried
+    train_size: int  # training images (class-stratified subset)
+    log_points: int
+    timing: str = "random"  # "random": τ_i + |N(0, i)| per job; "fixed": exactly τ_i = i
+
+
+PRESETS = {p.name: p for p in (
     # quick: a few minutes on 2 cores; the pipeline end to end, not the paper's comparison.
-    "quick": dict(horizon=1500.0, seeds=3, grid=(0, 1), train_size=6000, log_points=25),
+    Preset("quick", horizon=1500.0, seeds=3, grid=(0, 1), train_size=6000, log_points=25),
     # medium: 10 seeds, a fifth of the spec's horizon; about half an hour on 2 cores.
-    "medium": dict(horizon=6000.0, seeds=10, grid=(0, 1), train_size=6000, log_points=40),
+    Preset("medium", horizon=6000.0, seeds=10, grid=(0, 1), train_size=6000, log_points=40),
     # control: the medium preset with deterministic τ_i = i (the spec's control for the noise).
-    "control": dict(horizon=6000.0, seeds=10, grid=(0, 1), train_size=6000, log_points=40, timing="fixed"),
+    Preset("control", horizon=6000.0, seeds=10, grid=(0, 1), train_size=6000, log_points=40, timing="fixed"),
     # full: the spec's horizon (3·10⁴), 10 seeds, the whole grid; about 3.5 h on 2 cores
     # (resumable: each finished (method, step) part is kept until the figure is written)
     # (benchmarks/RESULTS.md), sized for an accelerator.
-    "full": dict(horizon=30000.0, seeds=10, grid=(0, 1, 2), train_size=12000, log_points=60),
-}
+    Preset("full", horizon=30000.0, seeds=10, grid=(0, 1, 2), train_size=12000, log_points=60),
+)}
 
 N_WORKERS = 100
 ALPHA = 0.1
@@ -94,68 +105,56 @@ def build(*, train_size: int, horizon: float, seed: int = 0, data_path: Optional
     return problem, schedule, ds.name
 
 
-def _run_part(make, stepsize, problem, schedule, keys, log_every, parts_dir, name, key):
-    """One step size of one method over all seeds (one compiled :func:`sim.sweep`), stored as the
-    part ``name`` in ``parts_dir`` (:mod:`paper_figures._parts`)."""
-
-    def run():
-        res = sim.sweep(make(float(stepsize)), problem, schedule, keys=keys,
-                        hparams={"stepsize": np.asarray([stepsize], np.float32)}, log_every=log_every)
-        return {"loss": np.asarray(res.metrics["loss"], np.float64)[0],
-                "grad_sq": np.asarray(res.metrics["grad_norm"], np.float64)[0] ** 2,
-                "diverged_at": np.asarray(res.diverged_at)[0], "time": np.asarray(res.metrics["time"], np.float64)}
-
-    part, reused = _parts.load_or_compute(parts_dir, name, key, run)
-    return part | {"seconds": float(part["seconds"]), "resumed": reused}
+def _run_part(make, stepsize, problem, schedule, keys, log_every) -> dict:
+    """One step size of one method over all seeds: one compiled :func:`sim.sweep`."""
+    res = sim.sweep(make(float(stepsize)), problem, schedule, keys=keys,
+                    hparams={"stepsize": np.asarray([stepsize], np.float32)}, log_every=log_every)
+    return {"loss": np.asarray(res.metrics["loss"], np.float64)[0],
+            "grad_sq": np.asarray(res.metrics["grad_norm"], np.float64)[0] ** 2,
+            "diverged_at": np.asarray(res.diverged_at)[0], "time": np.asarray(res.metrics["time"], np.float64)}
 
 
-def compute(*, quick: bool = False, preset: Optional[str] = None, data_path: Optional[str] = None,
-            progress: bool = True, parts_dir: Optional[str] = None) -> dict:
+def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, progress: bool = True) -> dict:
     """Every method on its step grid. Each (method, step size) is one compiled sweep over the seeds
-    (splitting the grid this way gives the same numbers bit for bit as one sweep over grid × seeds;
-    ``tests/delaylab/test_figures.py`` checks it). With ``parts_dir``, each finished part is stored
-    there and a rerun with the same configuration reuses it, so a stopped run resumes where it was."""
-    name_ = preset or ("quick" if quick else "full")
-    cfg = PRESETS[name_]
-    problem, schedule, dataset = build(train_size=cfg["train_size"], horizon=cfg["horizon"], data_path=data_path,
-                                       timing=cfg.get("timing", "random"))
-    keys = jax.random.split(jax.random.key(0), cfg["seeds"])
-    log_every = max(1, schedule.num_events // cfg["log_points"])
-    out = {"preset": name_, "dataset": dataset, "n": N_WORKERS,
-           "timing": cfg.get("timing", "random"),
-           "events": schedule.num_events, "end_time": schedule.end_time, "seeds": cfg["seeds"],
+    and one part (splitting the grid this way gives the same numbers bit for bit as one sweep over
+    grid × seeds; ``tests/delaylab/test_figures.py`` checks it), so a stopped run resumes where it was."""
+    cfg = preset
+    problem, schedule, dataset = build(train_size=cfg.train_size, horizon=cfg.horizon, data_path=data_path,
+                                       timing=cfg.timing)
+    keys = jax.random.split(jax.random.key(0), cfg.seeds)
+    log_every = max(1, schedule.num_events // cfg.log_points)
+    out = {"preset": cfg.name, "dataset": dataset, "n": N_WORKERS, "timing": cfg.timing,
+           "events": schedule.num_events, "end_time": schedule.end_time, "seeds": cfg.seeds,
            "train_size": int(problem.data["y"].size), "methods": {}}
-    code = _parts.code_hash(__file__)  # once, at the start: the code this process loaded
-    if progress:
-        _parts.announce_resume(parts_dir, "r5")
     methods = _methods(N_WORKERS, schedule.mean_durations)
-    total = sum(len(cfg["grid"]) for _ in methods)
+    total = sum(len(cfg.grid) for _ in methods)
     done = 0
     for mi, (name, make) in enumerate(methods.items()):
-        grid = np.asarray([GRIDS[name][k] for k in cfg["grid"]], np.float32)
-        parts = []
+        grid = np.asarray([GRIDS[name][k] for k in cfg.grid], np.float32)
+        runs = []
         for k, g in enumerate(grid):
-            key = _parts.make_key(code=code, cfg=cfg, dataset=dataset, events=int(schedule.num_events),
-                                  end_time=round(float(schedule.end_time), 9), method=name, stepsize=float(g))
-            part = _run_part(make, g, problem, schedule, keys, log_every, parts_dir, f"m{mi}_g{k}", key)
-            parts.append(part)
+            inputs = dict(preset=cfg, dataset=dataset, events=int(schedule.num_events),
+                          end_time=round(float(schedule.end_time), 9), method=name, stepsize=float(g))
+            part, reused = parts.get(f"m{mi}_g{k}", inputs,
+                                     lambda make=make, g=g: _run_part(make, g, problem, schedule, keys, log_every))
+            runs.append(part)
             done += 1
             if progress:
-                how = "stored part reused" if part["resumed"] else f"{part['seconds']:.0f} s"
+                how = "stored part reused" if reused else f"{part['seconds']:.0f} s"
                 print(f"  r5 [{done}/{total}] {name:16s} γ = {float(g):.4g}: {how}", flush=True)
-        loss = np.stack([p["loss"] for p in parts])  # [H, S, L]
-        g2 = np.stack([p["grad_sq"] for p in parts])
-        diverged_at = np.stack([p["diverged_at"] for p in parts])
-        seconds = float(sum(p["seconds"] for p in parts))
+        loss = np.stack([p["loss"] for p in runs])  # [H, S, L]
+        g2 = np.stack([p["grad_sq"] for p in runs])
+        diverged_at = np.stack([p["diverged_at"] for p in runs])
+        seconds = float(sum(p["seconds"] for p in runs))
         tail = slice(int(0.8 * loss.shape[-1]), None)
         score = np.median(np.nanmean(loss[..., tail], axis=-1), axis=-1)  # [H]
         score = np.where(np.any(diverged_at >= 0, axis=-1), np.inf, score)
         best = int(np.argmin(score))
-        out["time"] = parts[0]["time"]
+        out["time"] = runs[0]["time"]
         out["methods"][name] = {"grid": grid.tolist(), "score": score.tolist(), "best": best,
                                 "stepsize": float(grid[best]), "loss": loss[best], "grad_sq": g2[best],
                                 "diverged": int(np.sum(diverged_at >= 0)), "seconds": seconds,
-                                "run_events_per_s": grid.size * cfg["seeds"] * schedule.num_events / seconds}
+                                "run_events_per_s": grid.size * cfg.seeds * schedule.num_events / seconds}
         if progress:
             print(f"  r5 {name:16s} γ grid {[float(f'{g:.4g}') for g in grid]} → {grid[best]:.4g}; "
                   f"{seconds:.0f} s, {out['methods'][name]['run_events_per_s']:.0f} run-events/s", flush=True)
@@ -258,26 +257,20 @@ def load_data(path: str) -> dict:
     return data
 
 
-def write(out_dir: str, *, quick: bool = False, preset: Optional[str] = None, data: Optional[dict] = None) -> str:
-    """Run (or, given ``data`` from :func:`load_data`, only redraw) and write the outputs."""
-    fresh = data is None
-    if fresh:
-        name = preset or ("quick" if quick else "full")
-        # Finished parts are kept under the output folder (ignored by git) until the figure is written.
-        parts_dir = os.path.join(out_dir, ".parts", f"r5_{name}")
-        data = compute(quick=quick, preset=preset, parts_dir=parts_dir)
-    stem = "r5_mnist_control" if data.get("timing") == "fixed" else "r5_mnist"
-    if fresh:  # keep every curve, so that the figure and text can be redrawn without rerunning
-        os.makedirs(out_dir, exist_ok=True)
-        save_data(os.path.join(out_dir, f"{stem}.npz"), data)
-    rows = []
+def rows(data: dict) -> list[dict]:
+    out = []
     for j, t in enumerate(data["time"]):
         row = {"time": float(t)}
         for name, m in data["methods"].items():
             row[f"{name} loss"] = float(np.nanmedian(m["loss"][:, j]))
             row[f"{name} grad_sq"] = float(np.nanmedian(m["grad_sq"][:, j]))
-        rows.append(row)
-    path = write_outputs(out_dir, stem, data, plot, rows, findings(data))
-    if fresh:  # everything is written; the parts were only there to resume a stopped run
-        _parts.remove(parts_dir)
-    return path
+        out.append(row)
+    return out
+
+
+def stem(data: dict) -> str:
+    return "r5_mnist_control" if data.get("timing") == "fixed" else "r5_mnist"
+
+
+FIGURE = Figure("r5", "MNIST-format MLP, n = 100, Dirichlet 0.1: Rescaled, Malenia, Ringleader, IA²SGD, vanilla", PRESETS,
+                compute, plot, findings, rows, stem=stem, module=__file__, save=save_data, load=load_data)

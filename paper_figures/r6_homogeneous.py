@@ -9,6 +9,7 @@ slower method here. Delay-adaptive ASGD and Rennala SGD are shown for reference.
 
 from __future__ import annotations
 
+import dataclasses
 
 import jax
 import numpy as np
@@ -16,16 +17,15 @@ import numpy as np
 import algos
 import sim
 import theory
-from paper_figures._output import save_figure, write_outputs
+from paper_figures._figure import Figure, Parts
+from paper_figures._output import save_figure
 from sim import schedules
 
 STEPSIZE = 0.004
 
 
-def compute(*, quick: bool = False) -> dict:
-    n, d = (24, 20) if quick else (64, 50)
-    seeds = 4 if quick else 10
-    events = 20000 if quick else 80000
+def _compute(p: "Preset") -> dict:
+    n, d, seeds, events = p.workers, p.dim, p.seeds, p.events
     rng = np.random.default_rng(0)
     Q, _ = np.linalg.qr(rng.standard_normal((d, d)))
     A1 = (Q * np.linspace(1.0, 4.0, d)) @ Q.T
@@ -108,8 +108,27 @@ def plot(data: dict, path: str) -> None:
     save_figure(fig, path)
 
 
-def write(out_dir: str, *, quick: bool = False) -> str:
-    data = compute(quick=quick)
-    rows = [{"time": float(t), **{k: float(np.median(v[:, j])) for k, v in data["curves"].items()}}
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    name: str
+    workers: int
+    dim: int
+    seeds: int
+    events: int
+
+
+PRESETS = {"quick": Preset("quick", workers=24, dim=20, seeds=4, events=20000),
+           "full": Preset("full", workers=64, dim=50, seeds=10, events=80000)}
+
+
+def compute(preset: Preset, parts: Parts) -> dict:
+    return parts.get("all", dataclasses.asdict(preset), lambda: _compute(preset))[0]
+
+
+def rows(data: dict) -> list[dict]:
+    return [{"time": float(t), **{k: float(np.median(v[:, j])) for k, v in data["curves"].items()}}
             for j, t in enumerate(data["time"])]
-    return write_outputs(out_dir, "r6_homogeneous", data, plot, rows, findings(data))
+
+
+FIGURE = Figure("r6", "homogeneous data: Rescaled vs vanilla (noise floor τ_A/τ_H), median/IQR over seeds", PRESETS, compute, plot, findings, rows,
+                stem="r6_homogeneous", module=__file__)

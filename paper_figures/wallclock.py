@@ -18,12 +18,24 @@ The second panel shows cumulative updates per worker, real against the fixed mod
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import tempfile
 
 import jax
 import numpy as np
 
-PRESETS = {"quick": dict(num_events=300, log_every=10), "full": dict(num_events=1500, log_every=25)}
+from paper_figures._figure import Figure, Parts
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    name: str
+    num_events: int
+    log_every: int
+
+
+PRESETS = {"quick": Preset("quick", num_events=300, log_every=10), "full": Preset("full", num_events=1500, log_every=25)}
 SLEEP = (0.002, 0.004, 0.008, 0.016)
 STALL = (1, 20, 0.15)  # worker 1 stalls for 0.15 s before its job 20
 STEPSIZE = 0.02
@@ -37,15 +49,21 @@ def _problem():
                                            dtype=np.float32)
 
 
-def compute(out_dir: str, *, preset: str = "full") -> dict:
+def compute(preset: Preset, parts: Parts) -> dict:
+    """A real run is not repeatable, so the whole figure is one part: a stopped run that had
+    finished it redraws from it. The trace is written beside the figure (``<stem>_trace.csv``)."""
+    return parts.get("all", dataclasses.asdict(preset), lambda: _compute(preset, parts.out_dir))[0]
+
+
+def _compute(cfg: Preset, out_dir) -> dict:
     import algos
     import sim
     from sim import real, schedules
 
-    cfg = PRESETS[preset]
     problem, alg = _problem(), algos.asgd(stepsize=STEPSIZE)
-    res = real.run(alg, problem, num_events=cfg["num_events"], key=jax.random.key(0), log_every=cfg["log_every"],
+    res = real.run(alg, problem, num_events=cfg.num_events, key=jax.random.key(0), log_every=cfg.log_every,
                    slowdown=real.Slowdown(sleep=SLEEP, stalls=(STALL,)))
+    out_dir = out_dir or tempfile.mkdtemp(prefix="wallclock-")
     os.makedirs(out_dir, exist_ok=True)
     trace = res.write_trace(os.path.join(out_dir, f"{STEM}_trace.csv"))
     objective = jax.jit(problem.fns.objective)
@@ -53,14 +71,14 @@ def compute(out_dir: str, *, preset: str = "full") -> dict:
                           for j in range(res.snapshot_time.shape[0])])
 
     replay_sched = schedules.from_trace(trace)
-    replay = sim.run(alg, problem, replay_sched, key=real.replay_key(trace), log_every=cfg["log_every"])
+    replay = sim.run(alg, problem, replay_sched, key=real.replay_key(trace), log_every=cfg.log_every)
     taus = replay_sched.mean_durations  # mean measured job duration per worker (start to finish on the worker)
     fixed_sched = schedules.fixed_computation(taus, num_events=res.num_events)
-    fixed = sim.run(alg, problem, fixed_sched, key=jax.random.key(0), log_every=cfg["log_every"])
+    fixed = sim.run(alg, problem, fixed_sched, key=jax.random.key(0), log_every=cfg.log_every)
     w = res.trace["worker"]
     cycle = np.array([np.mean(np.diff(np.r_[0.0, res.trace["applied"][w == i]])) for i in range(4)])
     return {
-        "preset": preset,
+        "preset": cfg.name,
         "real_time": res.snapshot_time, "real_loss": real_loss,
         "replay_time": replay.metrics["time"], "replay_loss": np.asarray(replay.metrics["loss"], np.float64),
         "fixed_time": fixed.metrics["time"], "fixed_loss": np.asarray(fixed.metrics["loss"], np.float64),
@@ -136,12 +154,13 @@ def findings(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(out_dir: str, *, quick: bool = False, preset: str | None = None) -> str:
-    from paper_figures._output import write_outputs
+def rows(data: dict) -> list[dict]:
+    out = [{"source": "real", "seconds": float(t), "loss": float(v)} for t, v in zip(data["real_time"], data["real_loss"])]
+    out += [{"source": "replay", "seconds": float(t), "loss": float(v)} for t, v in zip(data["replay_time"], data["replay_loss"])]
+    out += [{"source": "fixed_model", "seconds": float(t), "loss": float(v)}
+            for t, v in zip(data["fixed_time"], data["fixed_loss"])]
+    return out
 
-    data = compute(out_dir, preset=preset or ("quick" if quick else "full"))
-    rows = [{"source": "real", "seconds": float(t), "loss": float(v)} for t, v in zip(data["real_time"], data["real_loss"])]
-    rows += [{"source": "replay", "seconds": float(t), "loss": float(v)} for t, v in zip(data["replay_time"], data["replay_loss"])]
-    rows += [{"source": "fixed_model", "seconds": float(t), "loss": float(v)}
-             for t, v in zip(data["fixed_time"], data["fixed_loss"])]
-    return write_outputs(out_dir, STEM, data, plot, rows, findings(data))
+
+FIGURE = Figure("wallclock", "a real Ray run against its exact replay and the fixed-computation model fitted to it, in seconds",
+                PRESETS, compute, plot, findings, rows, stem=STEM, module=__file__)

@@ -1,20 +1,17 @@
-"""The engine: runs any :class:`algos.base.Algorithm` on a problem along a schedule.
+"""The engine's public face: :func:`run` and :func:`sweep` of any :class:`algos.base.Algorithm` on a
+problem along a schedule, with the options they share (:class:`Options`).
 
-One compiled program per (algorithm functions, problem functions, shapes). Inside it, an outer
-``lax.scan`` runs over metric chunks (``log_every`` events each) and an inner one over blocks of
-events in which no worker appears twice (see :mod:`sim.blocks`): each block's worker jobs are
-computed at once with ``vmap``, then the server handles the arrivals in event order. Metrics are
-computed once per chunk, never per event.
+How it is built (DESIGN.md, "The event model"): :mod:`sim.core` holds the compiled run (one run's
+carry, chunks, blocks and metrics, as pure functions); this module compiles it in one place
+(:func:`_program`: a segment of one run, or of a sweep's runs laid over the devices by
+:mod:`sim.parallel`); :mod:`sim.driver` calls it segment by segment from the host (one segment for
+a run in one call), with progress and checkpoints. Everything a run is checked for (the
+algorithm's hyperparameters, keys, options) is checked here, before anything compiles.
 
-Randomness: event ``e``'s job draws from ``fold_in(key, e)``, so results do not depend on how the
-schedule was cut into blocks, and the same key gives the same bits. The engine always traces with
-JAX's partitionable threefry (``jax.threefry_partitionable(True)``, JAX's current default),
-whatever the caller's global setting, so the random stream is pinned. (The legacy stream was
-measured 1.2-1.5x slower inside the engine on CPU, though faster in isolation.)
-
-Divergence: the server model is checked after every event. The first event that makes it
-non-finite is recorded, the update is not applied, and the state is frozen from there on; the
-result reports the event and worker, and the metrics end at the last log point before it.
+The engine always traces with JAX's partitionable threefry (``jax.threefry_partitionable(True)``,
+JAX's current default), whatever the caller's global setting, so the random stream is pinned.
+(The legacy stream was measured 1.2-1.5x slower inside the engine on CPU, though faster in
+isolation.)
 """
 
 from __future__ import annotations
@@ -22,18 +19,17 @@ from __future__ import annotations
 import dataclasses
 import os
 import warnings
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax.sharding import PartitionSpec
-
-from algos.base import Algorithm, Event
-from sim import parallel
+from algos.base import Algorithm
+from sim import core, driver, parallel
 from sim.blocks import BlockPlan, plan_blocks
-from sim.problems import Problem, ProblemFns
+from sim.core import WorkerOracle  # noqa: F401  (part of this module's API: the oracle a job is handed)
+from sim.problems import Problem
 from sim.schedules import Schedule
 
 PyTree = Any
@@ -89,464 +85,308 @@ class RunResult:
     divergence: Optional[Divergence] = None
 
 
-@dataclasses.dataclass(frozen=True)
-class _Static:
-    """Everything the compiled program depends on besides array shapes."""
 
-    alg_fns: tuple  # (init, work, apply, params, apply_round, point_init)
-    prob_fns: ProblemFns
-    num_workers: int
-    by_round: bool
+# --- options ------------------------------------------------------------------------------------
+
+_SWEEP_ONLY = ("runs", "devices", "run_batch")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """How a run or a sweep is carried out: everything but the algorithm, problem, schedule, keys
+    and hyperparameters. :func:`run` and :func:`sweep` take one (``options=``) or its fields as
+    keyword arguments (which override it). Checked when made, before anything compiles.
+
+    Attributes:
+      log_every: events per metrics log point (default: about 100 log points).
+      block_size: slots per block of simultaneous worker jobs; ``"auto"`` chooses from the
+        schedule, 1 is the event-by-event engine (see :mod:`sim.blocks`).
+      targets: named points whose distance to the server model is logged (``dist_<name>``).
+      average_from: the tail average covers simulated time [average_from·T, T].
+      record_params: also log the server model itself at every log point (``metrics["params"]``).
+      batching: how a block's worker jobs run: ``"vmap"`` (batched) or ``"map"`` (``lax.map``,
+        one after another; see benchmarks/RESULTS.md for when each is faster).
+      telemetry: ``telemetry(data, server_params, worker_points) -> {name: array}``, computed
+        inside the compiled run at every log point (``worker_points`` is what each worker was
+        last handed, stacked on a leading worker axis); logged as ``metrics["telemetry/<name>"]``.
+        Give a hashable function (a module-level one or a frozen dataclass such as
+        :class:`sim.telemetry.WorkerSpread`): it keys the compiled code.
+      segment: run in segments of this many log points (chunks), one compiled call each, the
+        state staying on the device between them; the numbers are the same, bit for bit, as in
+        one call. Default: one call, unless ``progress`` or ``checkpoint`` asks for segments
+        (then about 20 segments).
+      progress: ``True`` for a progress bar on stderr (:class:`sim.progress.ProgressBar`), or a
+        function called with a :class:`sim.progress.Progress` after every segment.
+      checkpoint: a file path (``.npz``). If it exists, the run resumes from it, after checking
+        that it was written for this very run (:mod:`sim.checkpoint`; otherwise
+        :class:`sim.checkpoint.CheckpointMismatch` says what differs); the run writes it every
+        ``checkpoint_every`` seconds (0: after every segment) and when it ends.
+      runs: (sweeps) "vmap" (the runs batched) or "map" (one after another, inside the same
+        compiled call; same numbers up to floating-point reassociation).
+      devices: (sweeps) the devices the runs are spread over (default: all of ``jax.devices()``,
+        every host's where ``jax.distributed`` is initialised); see :mod:`sim.parallel`.
+      run_batch: (sweeps) how many runs a device batches at once; XLA chooses kernels by batch
+        width, so the width, not the number of devices, decides the last bits. Default:
+        ⌈runs / jax.device_count()⌉ (see :func:`sim.parallel.default_run_batch`).
+    """
+
+    log_every: Optional[int] = None
+    block_size: Any = "auto"
+    targets: Optional[Mapping] = None
+    average_from: float = 0.5
     record_params: bool = False
-    batching: str = "vmap"  # how a block's worker jobs are batched: "vmap" or "map" (lax.map)
-    runs: str = "vmap"  # how a sweep's runs are batched: "vmap" or "map" (one after another)
-    telemetry: Any = None  # telemetry(data, server_params, worker_points) -> dict, at every log point
-    job_keys: bool = False  # key job k of worker i by fold_in(fold_in(key, i), k) (Schedule.job_key)
+    batching: str = "vmap"
+    telemetry: Any = None
+    segment: Optional[int] = None
+    progress: Any = None
+    checkpoint: Optional[str] = None
+    checkpoint_every: float = 60.0
+    runs: str = "vmap"
+    devices: Any = None
+    run_batch: Optional[int] = None
+
+    def __post_init__(self):
+        if self.log_every is not None and (isinstance(self.log_every, bool) or not isinstance(self.log_every, (int, np.integer))
+                                           or self.log_every < 1):
+            raise ValueError(f"log_every must be a whole number of events >= 1; got {self.log_every!r}")
+        if not (0.0 <= float(self.average_from) < 1.0):
+            raise ValueError(f"average_from must be in [0, 1) (a fraction of the run's end time); got {self.average_from!r}")
+        if self.batching not in ("vmap", "map"):
+            raise ValueError(f"batching must be 'vmap' or 'map'; got {self.batching!r}")
+        if self.runs not in ("vmap", "map"):
+            raise ValueError(f"runs must be 'vmap' or 'map'; got {self.runs!r}")
+        if self.telemetry is not None and not callable(self.telemetry):
+            raise TypeError("telemetry must be a function (data, server_params, worker_points) -> dict; "
+                            f"got {type(self.telemetry).__name__}")
+        seg = self.segment
+        if seg is not None and (isinstance(seg, bool) or not isinstance(seg, (int, np.integer)) or seg < 1):
+            raise ValueError(f"segment must be a whole number of log points >= 1; got {seg!r}")
+        if self.checkpoint is not None and not isinstance(self.checkpoint, (str, os.PathLike)):
+            raise TypeError(f"checkpoint must be a file path; got {type(self.checkpoint).__name__}")
+        if not (float(self.checkpoint_every) >= 0):
+            raise ValueError(f"checkpoint_every must be >= 0 seconds; got {self.checkpoint_every!r}")
+        p = self.progress
+        if p is not None and not isinstance(p, bool) and not callable(p):
+            raise TypeError(f"progress must be True, False, None or a function of sim.progress.Progress; got {p!r}")
+        rb = self.run_batch
+        if rb is not None and (isinstance(rb, bool) or not isinstance(rb, (int, np.integer)) or rb < 1):
+            raise ValueError(f"run_batch must be a whole number of runs >= 1; got {rb!r}")
+
+    def progress_callback(self):
+        """The progress callback, or None."""
+        if self.progress is True:
+            from sim.progress import ProgressBar
+
+            return ProgressBar()
+        return None if self.progress is False else self.progress
+
+    def segment_size(self, plan: BlockPlan) -> Optional[int]:
+        """Log points per segment: ``segment``; None (one call) unless progress or a checkpoint
+        asks for segments, then about 20 of them."""
+        if self.segment is None and (self.progress_callback() is not None or self.checkpoint is not None):
+            return max(1, -(-int(plan.events.shape[0]) // 20))
+        return None if self.segment is None else int(self.segment)
 
 
-class WorkerOracle:
-    """Worker ``worker``'s stochastic gradient oracle, as handed to ``Algorithm.work``:
-    ``oracle(params, key) -> (loss, grad)``; ``oracle.worker`` is the worker's index (traced),
-    for work that depends on the worker (e.g. DyLU's per-worker number of local steps)."""
-
-    def __init__(self, fns: ProblemFns, data, worker):
-        self._fns, self._data, self.worker = fns, data, worker
-
-    def __call__(self, params, key):
-        return self._fns.value_and_grad(self._data, params, self.worker, key)
-
-    def loss(self, params, key):
-        """The minibatch loss whose gradient ``self(params, key)`` returns (same draw for the
-        same key); for work that needs more than a gradient (e.g. Hessian-vector products)."""
-        if self._fns.loss is None:
-            raise NotImplementedError("this problem gives no minibatch loss function (ProblemFns.loss)")
-        return self._fns.loss(self._data, params, self.worker, key)
+def _options(options: Optional[Options], kwargs: dict, *, sweep: bool) -> Options:
+    if options is not None and not isinstance(options, Options):
+        raise TypeError(f"options must be a sim.engine.Options; got {type(options).__name__}")
+    unknown = set(kwargs) - {f.name for f in dataclasses.fields(Options)}
+    if unknown:
+        raise TypeError(f"unknown option(s) {sorted(unknown)}; allowed: {[f.name for f in dataclasses.fields(Options)]}")
+    if not sweep:
+        given = [k for k in _SWEEP_ONLY if k in kwargs] + [
+            k for k in _SWEEP_ONLY if options is not None and getattr(options, k) != getattr(Options(), k)]
+        if given:
+            raise ValueError(f"option(s) {sorted(set(given))} apply to sim.sweep only")
+    return dataclasses.replace(options or Options(), **kwargs)
 
 
-def _tree_where(pred, new, old):
-    return jax.tree.map(lambda a, b: jnp.where(pred, a, b), new, old)
-
-
-def _all_finite(tree) -> jax.Array:
-    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree) if jnp.issubdtype(x.dtype, jnp.inexact)]
-    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Machine:
-    """One run's pieces, built while tracing: the carry before the first event, the initial
-    metrics, and ``chunks(carry, plan, padded)``, which advances the carry over the chunks of a
-    plan (a scan over chunks, each a scan over blocks, then the metrics). A whole run is
-    ``chunks`` over every part of the plan; a run in segments calls it once per segment."""
-
-    carry0: Any
-    first: Any  # () -> the metrics before any event
-    chunks: Any
-
-
-def _machine(static: _Static, hparams, data, x0, key, ev, targets) -> _Machine:
-    """``ev`` holds per-event arrays; ``targets`` the named points whose distance is logged."""
-    init, work, apply, params_of, apply_round, point_init = static.alg_fns
-    fns = static.prob_fns
-    n = static.num_workers
-
-    state0 = init(hparams, x0, n)
-    start = x0 if point_init is None else point_init(hparams, x0)
-    points0 = jax.tree.map(lambda x: jnp.broadcast_to(x, (n,) + x.shape), start)
-    tail0 = jax.tree.map(jnp.zeros_like, x0)
-
-    def event_at(e):
-        return Event(index=e, worker=ev["worker"][e], time=ev["time"][e],
-                     staleness=ev["staleness"][e], delivered=ev["delivered"][e], tag=ev["tag"][e],
-                     round_end=ev["round_end"][e])
-
-    def jobs(points, idx):
-        """All of a block's worker computations at once."""
-        e = jnp.maximum(idx, 0)
-        w = ev["worker"][e]
-        start_points = jax.tree.map(lambda y: y[w], points)
-        if static.job_keys:  # durations were drawn from these jobs' examples (Schedule.job_key)
-            keys = jax.vmap(lambda i, j: jax.random.fold_in(jax.random.fold_in(key, i), j))(w, ev["job"][e])
-        else:
-            keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(e)
-
-        def one(point, worker, k):
-            return work(hparams, point, WorkerOracle(fns, data, worker), k)
-
-        if static.batching == "map":
-            # One job after another: no batched gathers of per-worker data (faster on CPU when
-            # each worker's job reads its own large arrays, e.g. a dense A_i).
-            return e, w, jax.lax.map(lambda a: one(*a), (start_points, w, keys))
-        return e, w, jax.vmap(one)(start_points, w, keys)
-
-    # Stats the algorithm reports per arrival: discovered by abstract evaluation (no compute).
-    def stats_shape():
-        msg = jax.eval_shape(lambda: jobs(points0, jnp.zeros((1,), jnp.int32))[2])
-        if static.by_round:
-            out = jax.eval_shape(lambda m: apply_round(hparams, state0, m, jax.vmap(event_at)(jnp.zeros((1,), jnp.int32)),
-                                                        jnp.ones((1,), bool))[2], msg)
-            return {k: v.dtype for k, v in out.items()}
-        one_msg = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), msg)
-        out = jax.eval_shape(lambda m: apply(hparams, state0, m, event_at(jnp.asarray(0, jnp.int32)))[2], one_msg)
-        return {k: v.dtype for k, v in out.items()}
-
-    stat_sums0 = {k: jnp.zeros((n,), dt) for k, dt in stats_shape().items()}
-    # Carry: (state, worker points, tail sum, tail weight, per-worker stat sums, first bad event,
-    # last finite model). Nothing here costs more than O(d) per event besides the algorithm's own
-    # work: padding slots are skipped with a real branch (their mask comes from the schedule, so it
-    # is the same for every run of a sweep), and a divergence is not undone by copying the state
-    # back (O(state) per event) but by keeping the last finite model aside.
-    carry0 = (state0, points0, tail0, jnp.zeros((), ev["tail_weight"].dtype), stat_sums0,
-              jnp.asarray(-1, jnp.int32), params_of(state0))
-
-    def after_event(carry, new_state, e, workers, next_points, stats, valid_slots, x_before):
-        """Bookkeeping shared by both block kinds, once the server has handled event(s) ``e``."""
-        _, points, tail, tail_w, sums, bad, last_good = carry
-        x = params_of(new_state)
-        finite = _all_finite(x)
-        commit = (bad < 0) & finite
-        bad = jnp.where((bad < 0) & ~finite, e[0], bad)
-        last_good = _tree_where(commit, x, last_good)
-        keep = commit & valid_slots
-
-        def scatter(Y, p):
-            mask = keep.reshape((-1,) + (1,) * (p.ndim - 1))
-            return Y.at[workers].set(jnp.where(mask, p, Y[workers]))
-
-        points = jax.tree.map(scatter, points, next_points)
-        # x_before holds until the last arrival of a round; after it the new model holds.
-        weights = jnp.where(keep, ev["tail_weight"][e], 0.0)
-        w_last = weights[-1]
-        w_rest = jnp.sum(weights) - w_last
-        tail = jax.tree.map(lambda t, a, b: t + w_rest.astype(a.dtype) * a + w_last.astype(b.dtype) * b,
-                            tail, x_before, x)
-        sums = {k: v.at[workers].add(jnp.where(keep, stats[k], 0).astype(v.dtype)) for k, v in sums.items()}
-        return (new_state, points, tail, tail_w + jnp.sum(weights), sums, bad, last_good)
-
-    def async_block(carry, idx, padded):
-        e_blk, w_blk, msgs = jobs(carry[1], idx)
-
-        def slot(carry, xs):
-            msg, e, w, valid = xs
-
-            def handle(carry):
-                state = carry[0]
-                new_state, next_point, stats = apply(hparams, state, msg, event_at(e))
-                one = lambda t: jax.tree.map(lambda a: a[None], t)
-                return after_event(carry, new_state, e[None], w[None], one(next_point), one(stats),
-                                   jnp.ones((1,), bool), params_of(state))
-
-            if not padded:  # no padding: no branch (XLA copies a conditional's operands)
-                return handle(carry), None
-            return jax.lax.cond(valid, handle, lambda c: c, carry), None
-
-        carry, _ = jax.lax.scan(slot, carry, (msgs, e_blk, w_blk, idx >= 0))
-        return carry, None
-
-    def round_block(carry, idx, padded):
-        del padded  # a round's slots beyond its events are masked inside apply_round
-        valid = idx >= 0
-
-        def handle(carry):
-            state, points = carry[0], carry[1]
-            e_blk, w_blk, msgs = jobs(points, idx)
-            events = jax.vmap(event_at)(e_blk)
-            new_state, next_points, stats = apply_round(hparams, state, msgs, events, valid)
-            # a round is reported by its first event if it diverges
-            return after_event(carry, new_state, e_blk, w_blk, next_points, stats, valid, params_of(state))
-
-        return jax.lax.cond(jnp.any(valid), handle, lambda c: c, carry), None
-
-    block = round_block if static.by_round else async_block
-
-    def measure(state, points):
-        x = params_of(state)
-        loss, grad = jax.value_and_grad(fns.objective, argnums=1)(data, x)
-        out = {"loss": loss, "grad_norm": jnp.sqrt(sum(jnp.sum(g * g) for g in jax.tree.leaves(grad)))}
-        if fns.metrics is not None:
-            out.update(fns.metrics(data, x))
-        if static.record_params:
-            out["params"] = x
-        if static.telemetry is not None:
-            out.update({f"telemetry/{k}": v for k, v in static.telemetry(data, x, points).items()})
-        for name, target in targets.items():
-            out[f"dist_{name}"] = jnp.sqrt(sum(jnp.sum((a - b) ** 2) for a, b in zip(jax.tree.leaves(x), jax.tree.leaves(target))))
-        return out
-
-    def chunks(carry, plan, padded):
-        def chunk(carry, blocks):
-            carry, _ = jax.lax.scan(lambda c, idx: block(c, idx, padded), carry, blocks)
-            return carry, measure(carry[0], carry[1])
-
-        return jax.lax.scan(chunk, carry, plan)
-
-    return _Machine(carry0=carry0, first=lambda: measure(state0, points0), chunks=chunks)
-
-
-def _plan_parts(plan_events) -> list:
-    """[(plan, padded)] in order: the chunks without padding slots, then the rest (empty parts
-    left out). ``plan_events`` is :func:`_split_plan`'s pair, as device or NumPy arrays."""
-    clean, ragged = plan_events
-    return [(p, False) for p in clean if p.shape[0]] + ([(ragged, True)] if ragged.shape[0] else [])
-
-
-def _finish(carry, metrics) -> dict:
-    state, _, tail, tail_w, sums, bad, last_good = carry
-    return {"state": state, "params": last_good, "metrics": metrics, "tail_sum": tail, "tail_weight": tail_w,
-            "stats": sums, "bad": bad}
-
-
-def _tail_average(out: dict) -> dict:
-    """On the host: the tail sums over their weight, NaN where no event was committed inside the
-    window (a run that diverged before it). Divided here, not in the compiled program, because
-    XLA's vectorised division on CPU is not correctly rounded, and its result depended on how many
-    runs a device held; NumPy's is, whatever the batching."""
-    out = dict(out)
-    w = np.asarray(out.pop("tail_weight"))
-
-    def average(t):
-        t = np.asarray(t)
-        ww = w.reshape(w.shape + (1,) * (t.ndim - w.ndim))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(ww > 0, t / np.where(ww > 0, ww, 1).astype(t.dtype), np.nan).astype(t.dtype)
-
-    out["tail"] = jax.tree.map(average, out.pop("tail_sum"))
-    return out
-
-
-def _join(first, parts):
-    """The initial metrics, then each part's, along the log-point axis."""
-    return jax.tree.map(lambda f, *a: jnp.concatenate([f[None], *a]), first, *parts)
-
-
-def _simulate(static: _Static, hparams, data, x0, key, ev, plan_events, targets):
-    """One run in one call. ``plan_events`` is a pair of [chunks, blocks, slots] arrays: the
-    leading chunks that hold no padding, then the rest (see :func:`_split_plan`)."""
-    m = _machine(static, hparams, data, x0, key, ev, targets)
-    carry, parts = m.carry0, []
-    for plan, padded in _plan_parts(plan_events):
-        carry, metrics = m.chunks(carry, plan, padded)
-        parts.append(metrics)
-    return _finish(carry, _join(m.first(), parts))
-
-
-_simulate_jit = jax.jit(_simulate, static_argnums=0)
-
-
-def _over_runs(static: _Static, mesh, run_batch: int, fn):
-    """``fn(hparams, key, carry, shared)`` for one run → the same over a flat runs axis laid over
-    ``mesh`` (:mod:`sim.parallel`). Each device takes its runs in groups of ``run_batch``, one group
-    after another (``lax.map``); a group's runs are batched with ``vmap``, or for ``runs="map"``
-    computed one after another too (for convolutions on CPU batching runs whose kernels differ is
-    slower than a loop; benchmarks/RESULTS.md). ``shared`` is replicated.
-
-    Why groups: XLA picks kernels (matmul blockings, reduction orders) by the batch width, so the
-    same run batched 16-wide and 2-wide can differ in the last bits; with the width fixed, every
-    run's arithmetic is the same whatever the number of devices."""
-
-    def local(h, k, c, shared):
-        def group(args):
-            h, k, c = args
-            if static.runs == "map":
-                return jax.lax.map(lambda a: fn(*a, shared), (h, k, c))
-            return jax.vmap(fn, in_axes=(0, 0, 0, None))(h, k, c, shared)
-
-        G = k.shape[0] // run_batch  # explicit sizes: a leaf may have a zero-size axis
-        groups = jax.tree.map(lambda v: v.reshape((G, run_batch) + v.shape[1:]), (h, k, c))
-        out = jax.lax.map(group, groups)
-        return jax.tree.map(lambda v: v.reshape((G * run_batch,) + v.shape[2:]), out)
-
-    runs = PartitionSpec(parallel.AXIS)
-    return jax.shard_map(local, mesh=mesh, in_specs=(runs, runs, runs, PartitionSpec()), out_specs=runs,
-                         check_vma=False)
+# --- the compiled program: one place ------------------------------------------------------------
 
 
 def _wrap_key(key_data, key_impl):
     return key_data if key_impl is None else jax.random.wrap_key_data(key_data, impl=key_impl)
 
 
-def _sweep_impl(static, mesh, run_batch, key_impl, hparams, data, x0, keys, ev, plan_events, targets):
-    """A sweep in one call: ``hparams`` and ``keys`` (raw key data) carry a flat runs axis."""
+def _segment_program(static: core.Static, layout, padded: tuple, start: bool, hparams, data, x0, keys, ev, targets,
+                     carry, plans):
+    """One segment (:func:`sim.core.segment`) of one run (``layout=None``; ``keys`` one key) or of
+    a sweep's runs (``layout = (mesh, run_batch, key_impl)``; ``hparams``, ``keys`` (raw data) and
+    ``carry`` with a flat runs axis laid over the mesh)."""
+    if layout is None:
+        return core.segment(static, padded, start, hparams, data, x0, keys, ev, targets, carry, plans)
+    mesh, run_batch, key_impl = layout
 
-    def one(h, k, _, shared):
-        data, x0, ev, plan_events, targets = shared
-        return _simulate(static, h, data, x0, _wrap_key(k, key_impl), ev, plan_events, targets)
-
-    return _over_runs(static, mesh, run_batch, one)(hparams, keys, None, (data, x0, ev, plan_events, targets))
-
-
-_sweep_jit = jax.jit(_sweep_impl, static_argnums=(0, 1, 2, 3))
-
-
-# --- runs in segments: one compiled program per segment shape, the carry kept on the device -----
-# A run in segments computes exactly what the one-call program computes, the same chunk body in
-# the same order; the host only sees the carry between segments (for checkpoints) and the metrics
-# (for progress). tests/sim/test_segments.py checks that the bits agree.
-
-
-def _start_impl(static, hparams, data, x0, key, ev, targets):
-    m = _machine(static, hparams, data, x0, key, ev, targets)
-    return m.carry0, m.first()
-
-
-def _advance_impl(static, padded, hparams, data, x0, key, ev, targets, carry, plan):
-    return _machine(static, hparams, data, x0, key, ev, targets).chunks(carry, plan, padded)
-
-
-_start_jit = jax.jit(_start_impl, static_argnums=0)
-_advance_jit = jax.jit(_advance_impl, static_argnums=(0, 1))
-
-
-def _sweep_start_impl(static, mesh, run_batch, key_impl, hparams, data, x0, keys, ev, targets):
-    def one(h, k, _, shared):
-        return _start_impl(static, h, shared[0], shared[1], _wrap_key(k, key_impl), shared[2], shared[3])
-
-    return _over_runs(static, mesh, run_batch, one)(hparams, keys, None, (data, x0, ev, targets))
-
-
-def _sweep_advance_impl(static, mesh, run_batch, key_impl, padded, hparams, data, x0, keys, ev, targets, carry, plan):
     def one(h, k, c, shared):
-        data, x0, ev, targets, plan = shared
-        return _advance_impl(static, padded, h, data, x0, _wrap_key(k, key_impl), ev, targets, c, plan)
+        data, x0, ev, targets, plans = shared
+        return core.segment(static, padded, start, h, data, x0, _wrap_key(k, key_impl), ev, targets, c, plans)
 
-    return _over_runs(static, mesh, run_batch, one)(hparams, keys, carry, (data, x0, ev, targets, plan))
-
-
-_sweep_start_jit = jax.jit(_sweep_start_impl, static_argnums=(0, 1, 2, 3))
-_sweep_advance_jit = jax.jit(_sweep_advance_impl, static_argnums=(0, 1, 2, 3, 4))
+    return parallel.over_runs(static.runs, mesh, run_batch, one)(hparams, keys, carry, (data, x0, ev, targets, plans))
 
 
-@dataclasses.dataclass
-class _Programs:
-    """A run's or a sweep's compiled pieces, bound to its inputs: ``start() -> (carry, first)``,
-    ``advance(carry, plan, padded) -> (carry, metrics)``; ``to_host`` and
-    ``from_host`` move a carry (or metrics) between its device form and the NumPy form a
-    checkpoint holds (a sweep's padding runs dropped); ``log_axis`` is the metrics' log axis."""
-
-    start: Any
-    advance: Any
-    to_host: Any
-    from_host: Any
-    log_axis: int
-    runs: Optional[int] = None  # a sweep's number of runs (its host form's leading axis)
-
-    def host_like(self, tree):
-        """Abstract shapes of ``tree``'s host form."""
-        if self.runs is None:
-            return tree
-        return jax.tree.map(lambda v: jax.ShapeDtypeStruct((self.runs,) + tuple(v.shape[1:]), v.dtype), tree)
+_program = jax.jit(_segment_program, static_argnums=(0, 1, 2, 3))
 
 
-def _run_programs(static, hp, problem, key, ev, tg) -> _Programs:
-    shared = (problem.data, problem.x0, key, ev, tg)
-    return _Programs(
-        start=lambda: _start_jit(static, hp, *shared),
-        advance=lambda c, plan, padded: _advance_jit(static, padded, hp, *shared, c, plan),
-        to_host=_to_numpy, from_host=lambda t: t, log_axis=0)
+def compilations() -> int:
+    """How many programs the engine has compiled in this process: a notebook user can check that
+    rebuilding an algorithm with new hyperparameter values (or a sweep over them) compiled nothing
+    new."""
+    return _program._cache_size()
 
 
-def _sweep_programs(static, hp, problem, runs: "_SweepRuns", ev, tg) -> _Programs:
-    head = (static, runs.mesh, runs.run_batch, runs.key_impl)
+def _bind(static, hp, problem, keys, ev, tg, layout=None, runs: Optional[parallel.Runs] = None) -> driver.Program:
+    """The compiled segment bound to a run's (``runs=None``) or a sweep's inputs."""
+    if runs is None:
+        shared = (problem.data, problem.x0, keys, ev, tg)
+
+        def segment(carry, pieces, start):
+            with jax.threefry_partitionable(True):
+                return _program(static, None, tuple(p for _, p in pieces), start, hp, *shared, carry,
+                                tuple(jnp.asarray(a) for a, _ in pieces))
+
+        to_host = lambda t: jax.tree.map(np.asarray, t)  # noqa: E731
+        return driver.Program(segment, to_host, lambda t: t, log_axis=0)
+
     data, x0 = parallel.replicate((problem.data, problem.x0), runs.mesh)
     ev, tg = parallel.replicate((ev, tg), runs.mesh)
-    size = runs.padded
 
-    def to_host(tree):
-        return jax.tree.map(lambda v: v[: runs.R], parallel.to_host(tree))
+    def segment(carry, pieces, start):
+        plans = parallel.replicate(tuple(jnp.asarray(a) for a, _ in pieces), runs.mesh)
+        with jax.threefry_partitionable(True):
+            return _program(static, layout, tuple(p for _, p in pieces), start, runs.hparams, data, x0, runs.keys,
+                            ev, tg, carry, plans)
 
-    def from_host(tree):
-        return parallel.split_runs(parallel.pad_runs(tree, size), runs.mesh)
-
-    return _Programs(
-        start=lambda: _sweep_start_jit(*head, runs.hparams, data, x0, runs.keys, ev, tg),
-        advance=lambda c, plan, padded: _sweep_advance_jit(*head, padded, runs.hparams, data, x0, runs.keys, ev, tg, c,
-                                                           parallel.replicate(plan, runs.mesh)),
-        to_host=to_host, from_host=from_host, log_axis=1, runs=runs.R)
+    return driver.Program(segment, runs.to_host, runs.from_host, log_axis=1, runs=runs.R)
 
 
-def _drive(programs: _Programs, plan: BlockPlan, schedule: Schedule, *, segment: int, progress, checkpoint,
-           checkpoint_every: float, fingerprint: dict, keys) -> dict:
-    """Run the segments one after another: metrics to the host after each, progress reported,
-    a checkpoint written every ``checkpoint_every`` seconds and after the last segment; resume
-    from ``checkpoint`` if it exists. Returns what the one-call program returns, on the host."""
-    import time
+# --- run and sweep ------------------------------------------------------------------------------
 
-    from sim import checkpoint as ckpt
-    from sim.progress import Progress
 
-    segments = _segments(plan, segment)
-    axis = programs.log_axis
+def run(alg: Algorithm, problem: Problem, schedule: Schedule, *, key, hparams: Optional[dict] = None,
+        options: Optional[Options] = None, **option_kwargs) -> RunResult:
+    """Run ``alg`` on ``problem`` along ``schedule``.
+
+    Args:
+      alg: an :class:`algos.Algorithm`.
+      problem: a :class:`sim.problems.Problem` with as many workers as the schedule.
+      schedule: a :class:`sim.schedules.Schedule`.
+      key: a PRNG key; event e's job uses ``fold_in(key, e)``.
+      hparams: overrides of ``alg.hparams`` (same keys).
+      options, **option_kwargs: how to run it (:class:`Options`: ``log_every``, ``block_size``,
+        ``targets``, ``average_from``, ``record_params``, ``batching``, ``telemetry``, ``segment``,
+        ``progress``, ``checkpoint``, ``checkpoint_every``).
+
+    Returns:
+      a :class:`RunResult`.
+    """
+    opts = _options(options, option_kwargs, sweep=False)
+    _check_key(key, batched=False)
+    _check_job_key(schedule, key, batched=False)
+    static, hp, _, plan, ev, window, tg = _prepare(alg, problem, schedule, hparams=hparams, opts=opts, batched=False)
+    segment = opts.segment_size(plan)
+    fp = None if opts.checkpoint is None else driver.fingerprint(alg, problem, schedule, static, hp, key, plan, segment, tg)
+    out = driver.drive(_bind(static, hp, problem, key, ev, tg), plan, schedule, segment=segment,
+                       progress=opts.progress_callback(), checkpoint=opts.checkpoint,
+                       checkpoint_every=opts.checkpoint_every, fingerprint=fp, keys=key)
+    metrics = {**_host_metrics(schedule, plan), **out["metrics"]}
+    bad = int(out["bad"])
+    divergence = None
+    if bad >= 0:
+        divergence = Divergence(event=bad, worker=int(schedule.worker[bad]), time=float(schedule.finish[bad]))
+        keep = int(np.sum(metrics["events"] <= bad))  # log points taken before the bad event
+        metrics = {k: v[:keep] for k, v in metrics.items()}
+        warnings.warn(divergence.message(), RuntimeWarning, stacklevel=2)
+    return RunResult(
+        params=out["params"], state=out["state"], metrics=metrics, worker_stats=out["stats"],
+        tail_average=out["tail"], tail_window=window, diverged_at=np.asarray(bad), schedule=schedule.summary(),
+        block_size=plan.block_size, mean_fill=plan.mean_fill, divergence=divergence)
+
+
+def _sweep_hparams(alg: Algorithm, hparams: Optional[dict]) -> dict:
+    if hparams is None:  # the defaults, as a grid of one
+        first = next(iter(alg.hparams))
+        return {first: np.asarray(alg.hparams[first])[None]}
+    return hparams
+
+
+def sweep(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys, hparams: Optional[dict] = None,
+          options: Optional[Options] = None, **option_kwargs) -> RunResult:
+    """Many runs in one compiled call: a grid of hyperparameter values × seeds.
+
+    Args:
+      keys: a batch of S PRNG keys (one run per key), e.g. ``jax.random.split(key, 256)``.
+      hparams: None (the algorithm's defaults, grid size 1), or overrides in which at least one
+        hyperparameter has a leading grid axis of size H (all swept ones the same H).
+      options, **option_kwargs: as in :func:`run`, and ``runs``, ``devices``, ``run_batch``
+        (:class:`Options`). The H × S runs are split evenly over the devices, the last one
+        repeated to fill the last device (and dropped after); a progress callback sees the
+        median loss over the runs; a checkpoint holds every run's state.
+
+    Returns:
+      a :class:`RunResult` whose arrays have leading axes [H, S]. Metrics of runs that diverged
+      are NaN from the first log point at or after the divergence; ``diverged_at`` [H, S] gives
+      the event (−1: none). Changing only hyperparameter values or keys reuses the compiled code.
+    """
+    opts = _options(options, option_kwargs, sweep=True)
+    _check_key(keys, batched=True)
+    _check_job_key(schedule, keys, batched=True)
+    static, hp, _, plan, ev, window, tg = _prepare(alg, problem, schedule, hparams=_sweep_hparams(alg, hparams),
+                                                   opts=opts, batched=True, num_keys=len(keys))
+    runs = parallel.Runs(hp, keys, opts.devices, opts.run_batch)
+    segment = opts.segment_size(plan)
+    fp = None if opts.checkpoint is None else driver.fingerprint(alg, problem, schedule, static, hp, keys, plan,
+                                                                 segment, tg, run_batch=runs.run_batch)
+    layout = (runs.mesh, runs.run_batch, runs.key_impl)
+    out = driver.drive(_bind(static, hp, problem, keys, ev, tg, layout, runs), plan, schedule, segment=segment,
+                       progress=opts.progress_callback(), checkpoint=opts.checkpoint,
+                       checkpoint_every=opts.checkpoint_every, fingerprint=fp, keys=keys)
+    out = runs.unflatten(out)
+    host = _host_metrics(schedule, plan)
+    bad = out["bad"]
+    metrics = dict(host)
+    after = (bad[..., None] >= 0) & (host["events"][None, None, :] > bad[..., None])  # [H, S, logs]
+
+    def blank(v):
+        return np.where(after.reshape(after.shape + (1,) * (v.ndim - 3)), np.nan, v.astype(np.float64))
+
+    for k, v in out["metrics"].items():
+        metrics[k] = jax.tree.map(blank, v)
+    if np.any(bad >= 0):
+        warnings.warn(f"{int(np.sum(bad >= 0))} of {bad.size} runs diverged (see diverged_at); "
+                      "their metrics are NaN after the divergence", RuntimeWarning, stacklevel=2)
+    return RunResult(
+        params=out["params"], state=out["state"], metrics=metrics, worker_stats=out["stats"],
+        tail_average=out["tail"], tail_window=window, diverged_at=bad, schedule=schedule.summary(),
+        block_size=plan.block_size, mean_fill=plan.mean_fill)
+
+
+def compiled_text(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys=None, hparams: Optional[dict] = None,
+                  options: Optional[Options] = None, **option_kwargs) -> str:
+    """The optimised XLA program of a run in one call (``keys=None``) or of a sweep (``keys`` a
+    batch), as text.
+
+    For checking what XLA made of an algorithm, e.g. that a per-worker table is updated in
+    place rather than copied at every event (tests/algos/test_rows.py). Same arguments as
+    :func:`run` and :func:`sweep`; nothing is executed.
+    """
+    batched = keys is not None
+    opts = _options(options, option_kwargs, sweep=batched)
+    if batched:
+        hparams = _sweep_hparams(alg, hparams)
+    static, hp, _, plan, ev, _, tg = _prepare(alg, problem, schedule, hparams=hparams, opts=opts, batched=batched,
+                                              num_keys=len(keys) if batched else 1)
+    pieces = driver.segments(plan, None)[0].pieces
+    padded, plans = tuple(p for _, p in pieces), tuple(jnp.asarray(a) for a, _ in pieces)
     with jax.threefry_partitionable(True):
-        if checkpoint is not None and os.path.exists(checkpoint):
-            carry_like, first_like = programs.host_like(jax.eval_shape(programs.start))
-            saved = ckpt.load(checkpoint, fingerprint=fingerprint, carry_like=carry_like, first_like=first_like,
-                              log_axis=axis)
-            carry, first, parts, done = programs.from_host(saved.carry), saved.first, [saved.metrics], saved.done
+        if batched:
+            runs = parallel.Runs(hp, keys, opts.devices, opts.run_batch)
+            lowered = _program.lower(static, (runs.mesh, runs.run_batch, runs.key_impl), padded, True, runs.hparams,
+                                     problem.data, problem.x0, runs.keys, ev, tg, None, plans)
         else:
-            carry, first = programs.start()
-            first, parts, done = programs.to_host(first), [], 0
-        resumed, t0 = done, time.monotonic()
-        last_save, saved = t0, done
-        events0 = int(plan.chunk_end[segments[done - 1][2]]) + 1 if done else 0
-
-        def save(k):  # the carry and metrics after segment k (1-based)
-            ckpt.save(checkpoint, carry=programs.to_host(carry), first=first,
-                      metrics=jax.tree.map(lambda *a: np.concatenate(a, axis=axis), *parts), done=k,
-                      fingerprint=fingerprint, events=int(plan.chunk_end[segments[k - 1][2]]) + 1, keys=keys)
-
-        try:
-            for i in range(done, len(segments)):
-                piece, padded, last_chunk = segments[i]
-                carry, metrics = programs.advance(carry, jnp.asarray(piece), padded)
-                parts.append(programs.to_host(metrics))
-                done = i + 1
-                now = time.monotonic()
-                if checkpoint is not None and (done == len(segments) or now - last_save >= checkpoint_every):
-                    save(done)
-                    last_save, saved = time.monotonic(), done
-                if progress is not None:
-                    events = int(plan.chunk_end[last_chunk]) + 1
-                    loss = np.take(np.asarray(parts[-1]["loss"], np.float64), -1, axis=axis)
-                    finite = loss[np.isfinite(loss)]
-                    progress(Progress(segment=done, segments=len(segments), events=events,
-                                      num_events=schedule.num_events, time=float(schedule.finish[events - 1]),
-                                      end_time=schedule.end_time,
-                                      loss=float(np.median(finite)) if finite.size else np.nan,
-                                      elapsed=now - t0, events_per_second=(events - events0) / max(now - t0, 1e-9),
-                                      resumed_from=resumed))
-        except KeyboardInterrupt:
-            # Ctrl-C: keep the segments finished since the last checkpoint (the one interrupted is lost)
-            if checkpoint is not None and done > saved:
-                save(done)
-            raise
-        out = _tail_average(programs.to_host(_finish(carry, None)))
-    metrics = jax.tree.map(lambda f, *a: np.concatenate([np.expand_dims(f, axis), *a], axis=axis), first, *parts)
-    return {**out, "metrics": metrics}
-
-
-def _fingerprint(alg, problem, schedule, static: _Static, hp, keys, plan: BlockPlan, segment: int, tg,
-                 run_batch=None) -> dict:
-    """What a checkpoint must match: hashes of every input the numbers depend on."""
-    from sim import checkpoint as ckpt
-
-    sched = {name: ckpt.digest(getattr(schedule, name)) for name in (
-        "worker", "start", "finish", "version", "delivered", "round", "job_key", "pull_only", "tag")
-        if getattr(schedule, name) is not None}
-    return {
-        "algorithm": alg.name,
-        "hyperparameters": {k: ckpt.digest(v) for k, v in hp.items()},
-        "keys": ckpt.digest(keys),
-        "x0": ckpt.tree_digest(problem.x0),
-        "problem_data": ckpt.tree_digest(problem.data),
-        "targets": {k: ckpt.digest(v) for k, v in tg.items()},
-        "schedule": sched,
-        "plan": {"chunks": int(plan.events.shape[0]), "block_size": int(plan.block_size),
-                 "chunk_end": ckpt.digest(plan.chunk_end), "segment": int(segment)},
-        "options": {"batching": static.batching, "runs": static.runs, "record_params": static.record_params,
-                    "by_round": static.by_round, "telemetry": type(static.telemetry).__name__,
-                    "run_batch": run_batch, "x64": bool(jax.config.jax_enable_x64),
-                    "platform": jax.default_backend()},
-    }
+            lowered = _program.lower(static, None, padded, True, hp, problem.data, problem.x0, jax.random.key(0), ev,
+                                     tg, None, plans)
+    return lowered.compile().as_text()
 
 
 # --- host-side preparation --------------------------------------------------------------------
@@ -689,284 +529,16 @@ def _check_job_key(schedule: Schedule, keys, *, batched: bool) -> None:
             + f"; got key data {data[:4].tolist()}")
 
 
-def _prepare(alg, problem, schedule, *, hparams, log_every, block_size, targets, average_from, batched,
-             record_params=False, batching="vmap", num_keys=1, runs="vmap", telemetry=None):
+def _prepare(alg, problem, schedule, *, hparams, opts: Options, batched: bool, num_keys: int = 1):
+    """Everything a run needs, checked, on the host: (static, hparams, grid size H, plan, event
+    arrays, tail window, targets)."""
     by_round = _validate(alg, problem, schedule)
-    if telemetry is not None and not callable(telemetry):
-        raise TypeError(f"telemetry must be a function (data, server_params, worker_points) -> dict; got {type(telemetry).__name__}")
-    if not (0.0 <= float(average_from) < 1.0):
-        raise ValueError(f"average_from must be in [0, 1) (a fraction of the run's end time); got {average_from!r}")
     dtype = _float_dtype_of(problem.x0)
     hp, H = _prepare_hparams(alg, hparams, dtype, batched=batched, num_workers=problem.num_workers)
-    if log_every is None:
-        log_every = max(1, schedule.num_events // 100)
-    if batching not in ("vmap", "map"):
-        raise ValueError(f"batching must be 'vmap' or 'map'; got {batching!r}")
-    if runs not in ("vmap", "map"):
-        raise ValueError(f"runs must be 'vmap' or 'map'; got {runs!r}")
-    batched_runs = (H or 1) * num_keys if runs == "vmap" else 1  # the block-size choice depends on it
-    plan = plan_blocks(schedule, log_every=log_every, block_size=block_size, by_round=by_round, runs=batched_runs)
-    ev, window = _event_arrays(schedule, average_from, dtype)
-    static = _Static(alg.functions, problem.fns, problem.num_workers, by_round, bool(record_params), batching, runs,
-                     telemetry, schedule.job_key is not None)
-    return static, hp, H, plan, ev, window, _targets(problem, targets, dtype)
-
-
-def _split_plan_np(plan: BlockPlan) -> tuple[list, np.ndarray]:
-    """The plan as (parts without padding slots, the part with), as NumPy arrays.
-
-    Padding slots are skipped with a branch, and XLA copies a branch's operands, the whole
-    server state, on every slot; so the engine branches only where the plan has padding. With
-    one event per block, only a ragged last chunk has any, and it is cut to its real length.
-    """
-    has_pad = np.any(plan.events < 0, axis=(1, 2))
-    c = int(np.argmax(has_pad)) if has_pad.any() else has_pad.shape[0]
-    clean, rest = [plan.events[:c]], plan.events[c:]
-    if plan.block_size == 1 and rest.shape[0] == 1:
-        last = rest[0][rest[0, :, 0] >= 0]
-        clean.append(last[None])
-        rest = rest[:0]
-    return clean, rest
-
-
-def _split_plan(plan: BlockPlan) -> tuple:
-    """:func:`_split_plan_np` as device arrays, the form the one-call programs take."""
-    clean, rest = _split_plan_np(plan)
-    return tuple(jnp.asarray(p) for p in clean), jnp.asarray(rest)
-
-
-def _segments(plan: BlockPlan, size: int) -> list[tuple[np.ndarray, bool, int]]:
-    """The plan cut into segments of at most ``size`` chunks (never across a part boundary of
-    :func:`_split_plan_np`): per segment, (its chunks, whether they hold padding, the index of its
-    last chunk in the plan)."""
-    out, c0 = [], 0
-    for part, padded in _plan_parts(_split_plan_np(plan)):
-        for a in range(0, part.shape[0], size):
-            piece = part[a : a + size]
-            out.append((piece, padded, c0 + a + piece.shape[0] - 1))
-        c0 += part.shape[0]
-    return out
-
-
-def _to_numpy(tree):
-    return jax.tree.map(np.asarray, tree)
-
-
-def _segment_options(plan: BlockPlan, segment, progress, checkpoint, checkpoint_every):
-    """Checked (segment, progress callback); segment None means one call."""
-    chunks = int(plan.events.shape[0])
-    if segment is not None and (isinstance(segment, bool) or not isinstance(segment, (int, np.integer)) or segment < 1):
-        raise ValueError(f"segment must be a whole number of log points >= 1 (this run has {chunks}); got {segment!r}")
-    if checkpoint is not None and not isinstance(checkpoint, (str, os.PathLike)):
-        raise TypeError(f"checkpoint must be a file path; got {type(checkpoint).__name__}")
-    if not (float(checkpoint_every) >= 0):
-        raise ValueError(f"checkpoint_every must be >= 0 seconds; got {checkpoint_every!r}")
-    if progress is True:
-        from sim.progress import ProgressBar
-
-        progress = ProgressBar()
-    elif progress is False:
-        progress = None
-    elif progress is not None and not callable(progress):
-        raise TypeError(f"progress must be True, False, None or a function of sim.progress.Progress; got {progress!r}")
-    if segment is None and (progress is not None or checkpoint is not None):
-        segment = max(1, -(-chunks // 20))
-    return (None if segment is None else int(segment)), progress
-
-
-def run(alg: Algorithm, problem: Problem, schedule: Schedule, *, key, hparams: Optional[dict] = None,
-        log_every: Optional[int] = None, block_size: int | str = "auto", targets: Optional[dict] = None,
-        average_from: float = 0.5, record_params: bool = False, batching: str = "vmap",
-        telemetry=None, segment: Optional[int] = None, progress=None, checkpoint: Optional[str] = None,
-        checkpoint_every: float = 60.0) -> RunResult:
-    """Run ``alg`` on ``problem`` along ``schedule``.
-
-    Args:
-      alg: an :class:`algos.Algorithm`.
-      problem: a :class:`sim.problems.Problem` with as many workers as the schedule.
-      schedule: a :class:`sim.schedules.Schedule`.
-      key: a PRNG key; event e's job uses ``fold_in(key, e)``.
-      hparams: overrides of ``alg.hparams`` (same keys).
-      log_every: events per metrics log point (default: about 100 log points).
-      block_size: slots per block of simultaneous worker jobs; ``"auto"`` chooses from the
-        schedule, 1 is the event-by-event engine.
-      targets: named points whose distance to the server model is logged (``dist_<name>``).
-      average_from: the tail average covers simulated time [average_from·T, T].
-      record_params: also log the server model itself at every log point (``metrics["params"]``).
-      batching: how a block's worker jobs run: ``"vmap"`` (batched) or ``"map"`` (``lax.map``,
-        one after another; see benchmarks/RESULTS.md for when each is faster).
-      telemetry: ``telemetry(data, server_params, worker_points) -> {name: array}``, computed
-        inside the compiled run at every log point (``worker_points`` is what each worker was
-        last handed, stacked on a leading worker axis); logged as ``metrics["telemetry/<name>"]``.
-        Give a hashable function (a module-level one or a frozen dataclass such as
-        :class:`sim.telemetry.WorkerSpread`): it keys the compiled code.
-      segment: run in segments of this many log points (chunks), one compiled call each, the
-        state staying on the device between them; the numbers are the same, bit for bit, as in
-        one call. Default: one call, unless ``progress`` or ``checkpoint`` asks for segments
-        (then about 20 segments).
-      progress: ``True`` for a progress bar on stderr (:class:`sim.progress.ProgressBar`), or a
-        function called with a :class:`sim.progress.Progress` after every segment.
-      checkpoint: a file path (``.npz``). If it exists, the run resumes from it, after checking
-        that it was written for this very run (:mod:`sim.checkpoint`; otherwise
-        :class:`sim.checkpoint.CheckpointMismatch` says what differs); the run writes it every
-        ``checkpoint_every`` seconds (0: after every segment) and when it ends.
-
-    Returns:
-      a :class:`RunResult`.
-    """
-    _check_key(key, batched=False)
-    _check_job_key(schedule, key, batched=False)
-    static, hp, _, plan, ev, window, tg = _prepare(
-        alg, problem, schedule, hparams=hparams, log_every=log_every, block_size=block_size,
-        targets=targets, average_from=average_from, batched=False, record_params=record_params,
-        batching=batching, telemetry=telemetry)
-    segment, progress = _segment_options(plan, segment, progress, checkpoint, checkpoint_every)
-    if segment is None:
-        with jax.threefry_partitionable(True):
-            out = _simulate_jit(static, hp, problem.data, problem.x0, key, ev, _split_plan(plan), tg)
-        out = _tail_average(_to_numpy(out))
-    else:
-        out = _drive(_run_programs(static, hp, problem, key, ev, tg), plan, schedule, segment=segment,
-                     progress=progress, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
-                     fingerprint=_fingerprint(alg, problem, schedule, static, hp, key, plan, segment, tg), keys=key)
-    metrics = {**_host_metrics(schedule, plan), **out["metrics"]}
-    bad = int(out["bad"])
-    divergence = None
-    if bad >= 0:
-        divergence = Divergence(event=bad, worker=int(schedule.worker[bad]), time=float(schedule.finish[bad]))
-        keep = int(np.sum(metrics["events"] <= bad))  # log points taken before the bad event
-        metrics = {k: v[:keep] for k, v in metrics.items()}
-        warnings.warn(divergence.message(), RuntimeWarning, stacklevel=2)
-    return RunResult(
-        params=out["params"], state=out["state"], metrics=metrics, worker_stats=out["stats"],
-        tail_average=out["tail"], tail_window=window, diverged_at=np.asarray(bad), schedule=schedule.summary(),
-        block_size=plan.block_size, mean_fill=plan.mean_fill, divergence=divergence)
-
-
-class _SweepRuns:
-    """A sweep's H × S runs as one flat axis (hyperparameter-major), padded to a multiple of
-    devices × ``run_batch`` and laid over the devices; ``unflatten`` drops the padding and
-    restores [H, S]."""
-
-    def __init__(self, hp: dict, keys, devices, run_batch: Optional[int]):
-        self.mesh = parallel.mesh(devices)
-        self.H = int(jax.tree.leaves(hp)[0].shape[0])
-        typed = jnp.issubdtype(keys.dtype, jax.dtypes.prng_key)
-        self.key_impl = str(jax.random.key_impl(keys)) if typed else None
-        data = np.asarray(jax.random.key_data(keys) if typed else keys)
-        self.S = data.shape[0]
-        self.R = self.H * self.S
-        D = self.mesh.size
-        if run_batch is None:  # the width a sweep over all of this machine's devices gives each
-            run_batch = parallel.default_run_batch(self.R)
-        elif isinstance(run_batch, bool) or not isinstance(run_batch, (int, np.integer)) or run_batch < 1:
-            raise ValueError(f"run_batch must be a whole number of runs >= 1 (this sweep has {self.R}); got {run_batch!r}")
-        self.run_batch = run_batch
-        self.padded = size = parallel.padded_size(self.R, D * self.run_batch)
-        flat_h = {k: np.repeat(np.asarray(v), self.S, axis=0) for k, v in hp.items()}
-        flat_k = np.tile(data, (self.H,) + (1,) * (data.ndim - 1))
-        self.hparams, self.keys = parallel.split_runs(parallel.pad_runs((flat_h, flat_k), size), self.mesh)
-
-    def unflatten(self, tree):
-        return jax.tree.map(lambda v: v[: self.R].reshape((self.H, self.S) + v.shape[1:]), tree)
-
-
-def sweep(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys, hparams: Optional[dict] = None,
-          log_every: Optional[int] = None, block_size: int | str = "auto", targets: Optional[dict] = None,
-          average_from: float = 0.5, record_params: bool = False, batching: str = "vmap",
-          runs: str = "vmap", telemetry=None, devices=None, run_batch: Optional[int] = None,
-          segment: Optional[int] = None, progress=None, checkpoint: Optional[str] = None,
-          checkpoint_every: float = 60.0) -> RunResult:
-    """Many runs in one compiled call: a grid of hyperparameter values × seeds.
-
-    Args:
-      keys: a batch of S PRNG keys (one run per key), e.g. ``jax.random.split(key, 256)``.
-      hparams: None (the algorithm's defaults, grid size 1), or overrides in which at least one
-        hyperparameter has a leading grid axis of size H (all swept ones the same H).
-      runs: "vmap" (the runs batched) or "map" (one after another, inside the same compiled
-        call; same numbers up to floating-point reassociation).
-      devices: the devices the runs are spread over (default: all of ``jax.devices()``, every
-        host's where ``jax.distributed`` is initialised); see :mod:`sim.parallel`. The H × S runs
-        are split evenly, the last one repeated to fill the last device (and dropped after).
-      run_batch: how many runs a device batches at once; it takes its runs in groups of this
-        many, one group after another. XLA chooses kernels by batch width, so the width, not the
-        number of devices, decides the last bits. Default: ⌈runs / jax.device_count()⌉, the share
-        of each device when all of them are used, so a sweep gives the same bits on all of this
-        machine's devices or on any subset of them; on a machine with one device, all runs at
-        once. Give it to get the same bits across machines with different device counts.
-      segment, progress, checkpoint, checkpoint_every: as in :func:`run` (the progress reports
-        the median loss over the runs; a checkpoint holds every run's state).
-      Other arguments as in :func:`run`.
-
-    Returns:
-      a :class:`RunResult` whose arrays have leading axes [H, S]. Metrics of runs that diverged
-      are NaN from the first log point at or after the divergence; ``diverged_at`` [H, S] gives
-      the event (−1: none). Changing only hyperparameter values or keys reuses the compiled code.
-    """
-    _check_key(keys, batched=True)
-    _check_job_key(schedule, keys, batched=True)
-    if hparams is None:
-        first = next(iter(alg.hparams))
-        hparams = {first: np.asarray(alg.hparams[first])[None]}
-    static, hp, _, plan, ev, window, tg = _prepare(
-        alg, problem, schedule, hparams=hparams, log_every=log_every, block_size=block_size,
-        targets=targets, average_from=average_from, batched=True, record_params=record_params,
-        batching=batching, num_keys=len(keys), runs=runs, telemetry=telemetry)
-    runs = _SweepRuns(hp, keys, devices, run_batch)
-    segment, progress = _segment_options(plan, segment, progress, checkpoint, checkpoint_every)
-    if segment is None:
-        with jax.threefry_partitionable(True):
-            out = _sweep_jit(static, runs.mesh, runs.run_batch, runs.key_impl, runs.hparams, *parallel.replicate(
-                (problem.data, problem.x0), runs.mesh), runs.keys, *parallel.replicate((ev, _split_plan(plan), tg), runs.mesh))
-        out = _tail_average(parallel.to_host(out))
-    else:
-        fp = _fingerprint(alg, problem, schedule, static, hp, keys, plan, segment, tg, run_batch=runs.run_batch)
-        out = _drive(_sweep_programs(static, hp, problem, runs, ev, tg), plan, schedule, segment=segment,
-                     progress=progress, checkpoint=checkpoint, checkpoint_every=checkpoint_every, fingerprint=fp,
-                     keys=keys)
-    out = runs.unflatten(out)
-    host = _host_metrics(schedule, plan)
-    bad = out["bad"]
-    metrics = dict(host)
-    after = (bad[..., None] >= 0) & (host["events"][None, None, :] > bad[..., None])  # [H, S, logs]
-
-    def blank(v):
-        return np.where(after.reshape(after.shape + (1,) * (v.ndim - 3)), np.nan, v.astype(np.float64))
-
-    for k, v in out["metrics"].items():
-        metrics[k] = jax.tree.map(blank, v)
-    if np.any(bad >= 0):
-        warnings.warn(f"{int(np.sum(bad >= 0))} of {bad.size} runs diverged (see diverged_at); "
-                      "their metrics are NaN after the divergence", RuntimeWarning, stacklevel=2)
-    return RunResult(
-        params=out["params"], state=out["state"], metrics=metrics, worker_stats=out["stats"],
-        tail_average=out["tail"], tail_window=window, diverged_at=bad, schedule=schedule.summary(),
-        block_size=plan.block_size, mean_fill=plan.mean_fill)
-
-
-def compiled_text(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys=None, hparams: Optional[dict] = None,
-                  **kwargs) -> str:
-    """The optimised XLA program of a run (``keys=None``) or a sweep (``keys`` a batch), as text.
-
-    For checking what XLA made of an algorithm, e.g. that a per-worker table is updated in
-    place rather than copied at every event (tests/algos/test_rows.py). Same arguments as
-    :func:`run` and :func:`sweep`; nothing is executed.
-    """
-    batched = keys is not None
-    devices = kwargs.pop("devices", None)
-    if batched and hparams is None:
-        first = next(iter(alg.hparams))
-        hparams = {first: np.asarray(alg.hparams[first])[None]}
-    static, hp, _, plan, ev, _, tg = _prepare(
-        alg, problem, schedule, hparams=hparams, batched=batched, num_keys=len(keys) if batched else 1,
-        log_every=kwargs.pop("log_every", None), block_size=kwargs.pop("block_size", "auto"),
-        targets=kwargs.pop("targets", None), average_from=kwargs.pop("average_from", 0.5), **kwargs)
-    with jax.threefry_partitionable(True):
-        if batched:
-            runs = _SweepRuns(hp, keys, devices, kwargs.pop("run_batch", None))
-            lowered = _sweep_jit.lower(static, runs.mesh, runs.run_batch, runs.key_impl, runs.hparams, problem.data, problem.x0,
-                                       runs.keys, ev, _split_plan(plan), tg)
-        else:
-            lowered = _simulate_jit.lower(static, hp, problem.data, problem.x0, jax.random.key(0), ev,
-                                          _split_plan(plan), tg)
-    return lowered.compile().as_text()
+    log_every = opts.log_every if opts.log_every is not None else max(1, schedule.num_events // 100)
+    batched_runs = (H or 1) * num_keys if opts.runs == "vmap" else 1  # the block-size choice depends on it
+    plan = plan_blocks(schedule, log_every=log_every, block_size=opts.block_size, by_round=by_round, runs=batched_runs)
+    ev, window = _event_arrays(schedule, opts.average_from, dtype)
+    static = core.Static(alg.functions, problem.fns, problem.num_workers, by_round, bool(opts.record_params),
+                         opts.batching, opts.runs, opts.telemetry, schedule.job_key is not None)
+    return static, hp, H, plan, ev, window, _targets(problem, opts.targets, dtype)

@@ -88,3 +88,71 @@ def to_host(tree):
 
         return jax.tree.map(np.asarray, multihost_utils.process_allgather(tree, tiled=True))
     return jax.tree.map(np.asarray, tree)
+
+
+def over_runs(mode: str, mesh: Mesh, run_batch: int, fn):
+    """``fn(hparams, key, carry, shared)`` for one run → the same over a flat runs axis laid over
+    ``mesh``. Each device takes its runs in groups of ``run_batch``, one group after another
+    (``lax.map``); a group's runs are batched with ``vmap`` (``mode="vmap"``), or computed one after
+    another too (``"map"``: for convolutions on CPU, batching runs whose kernels differ is slower
+    than a loop; benchmarks/RESULTS.md). ``shared`` is replicated.
+
+    Why groups: XLA picks kernels (matmul blockings, reduction orders) by the batch width, so the
+    same run batched 16-wide and 2-wide can differ in the last bits; with the width fixed, every
+    run's arithmetic is the same whatever the number of devices."""
+
+    def local(h, k, c, shared):
+        def group(args):
+            h, k, c = args
+            if mode == "map":
+                return jax.lax.map(lambda a: fn(*a, shared), (h, k, c))
+            return jax.vmap(fn, in_axes=(0, 0, 0, None))(h, k, c, shared)
+
+        G = k.shape[0] // run_batch  # explicit sizes: a leaf may have a zero-size axis
+        groups = jax.tree.map(lambda v: v.reshape((G, run_batch) + v.shape[1:]), (h, k, c))
+        out = jax.lax.map(group, groups)
+        return jax.tree.map(lambda v: v.reshape((G * run_batch,) + v.shape[2:]), out)
+
+    runs = PartitionSpec(AXIS)
+    return jax.shard_map(local, mesh=mesh, in_specs=(runs, runs, runs, PartitionSpec()), out_specs=runs,
+                         check_vma=False)
+
+
+class Runs:
+    """A sweep's H × S runs as one flat axis (hyperparameter-major), padded to a multiple of
+    devices × ``run_batch`` and laid over the devices; :meth:`unflatten` drops the padding and
+    restores [H, S]. ``hparams`` (every leaf with a leading H axis) and ``keys`` (a batch of S
+    PRNG keys) are held as laid out; ``key_impl`` names the keys' implementation (their raw data
+    travel, and the compiled program wraps them back)."""
+
+    def __init__(self, hp: dict, keys, devices, run_batch: Optional[int]):
+        import jax.numpy as jnp
+
+        self.mesh = mesh(devices)
+        self.H = int(jax.tree.leaves(hp)[0].shape[0])
+        typed = jnp.issubdtype(keys.dtype, jax.dtypes.prng_key)
+        self.key_impl = str(jax.random.key_impl(keys)) if typed else None
+        data = np.asarray(jax.random.key_data(keys) if typed else keys)
+        self.S = data.shape[0]
+        self.R = self.H * self.S
+        D = self.mesh.size
+        if run_batch is None:  # the width a sweep over all of this machine's devices gives each
+            run_batch = default_run_batch(self.R)
+        elif isinstance(run_batch, bool) or not isinstance(run_batch, (int, np.integer)) or run_batch < 1:
+            raise ValueError(f"run_batch must be a whole number of runs >= 1 (this sweep has {self.R}); got {run_batch!r}")
+        self.run_batch = int(run_batch)
+        self.padded = size = padded_size(self.R, D * self.run_batch)
+        flat_h = {k: np.repeat(np.asarray(v), self.S, axis=0) for k, v in hp.items()}
+        flat_k = np.tile(data, (self.H,) + (1,) * (data.ndim - 1))
+        self.hparams, self.keys = split_runs(pad_runs((flat_h, flat_k), size), self.mesh)
+
+    def unflatten(self, tree):
+        return jax.tree.map(lambda v: v[: self.R].reshape((self.H, self.S) + v.shape[1:]), tree)
+
+    def to_host(self, tree):
+        """NumPy copies, the padding runs dropped (flat runs axis)."""
+        return jax.tree.map(lambda v: v[: self.R], to_host(tree))
+
+    def from_host(self, tree):
+        """A host tree with a flat runs axis (no padding), laid out again."""
+        return split_runs(pad_runs(tree, self.padded), self.mesh)

@@ -1,17 +1,15 @@
 """Progress of runs and sweeps that go in segments, reported from the host between segments.
 
 The engine calls a progress callback with a :class:`Progress` after every segment (nothing is
-added to the compiled program). :class:`ProgressBar` is the one the command line uses: it writes
-to stderr only, and only once a run has taken longer than a few seconds.
+added to the compiled program). :class:`ProgressBar`, tqdm's bar, is the one the command line uses:
+it writes to stderr only, and only once a run has taken longer than a few seconds.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import sys
-import time
 from typing import Optional, TextIO
 
 
@@ -46,49 +44,36 @@ class Progress:
         return self.events / max(self.num_events, 1)
 
 
-def _clock(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return "?"
-    s = int(round(seconds))
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
-
-
 class ProgressBar:
-    """A one-line progress bar on ``stream`` (stderr by default).
+    """A progress bar on ``stream`` (stderr by default): tqdm's, fed by the engine's reports.
 
     Nothing is shown for runs that finish within ``after`` seconds (default: the environment's
-    ``DELAYLAB_PROGRESS_AFTER``, else 3). On a terminal the line is
-    redrawn in place; elsewhere (a log file, CI) a new line is written at most every ``every``
-    seconds, and at the end.
+    ``DELAYLAB_PROGRESS_AFTER``, else 3). The bar counts events; its postfix carries the simulated
+    time and the latest loss. On a terminal tqdm redraws the line in place; in a log file each
+    update is a carriage-return-separated redraw, at most every ``every`` seconds, and the last one
+    ends the line. (tqdm replaces a hand-written bar: it also handles terminal width, rates and the
+    time left, and it is what users of the scientific Python stack already read.)
     """
 
     def __init__(self, label: str = "run", *, stream: Optional[TextIO] = None, after: Optional[float] = None,
-                 every: float = 10.0, width: int = 24):
+                 every: float = 10.0):
         if after is None:
             after = float(os.environ.get("DELAYLAB_PROGRESS_AFTER", 3.0))
-        self.label, self.stream, self.after, self.every, self.width = label, stream, after, every, width
-        self._last = -math.inf
-        self._shown = False
-
-    def line(self, p: Progress) -> str:
-        done = int(round(self.width * p.fraction))
-        bar = "#" * done + "-" * (self.width - done)
-        done_here = p.segment - p.resumed_from  # segments run by this process, in p.elapsed
-        remaining = p.elapsed / done_here * (p.segments - p.segment) if done_here > 0 else math.inf
-        return (f"{self.label} [{bar}] {100 * p.fraction:3.0f}%  t {p.time:.6g}/{p.end_time:.6g}  "
-                f"events {p.events:,}/{p.num_events:,}  {p.events_per_second:.3g} ev/s  loss {p.loss:.4g}  "
-                f"elapsed {_clock(p.elapsed)}  left {_clock(remaining)}")
+        self.label, self.stream, self.after, self.every = label, stream, float(after), float(every)
+        self._bar = None
 
     def __call__(self, p: Progress) -> None:
+        from tqdm.auto import tqdm
+
         stream = self.stream or sys.stderr
-        final = p.segment == p.segments
-        if p.elapsed < self.after and not (final and self._shown):
-            return
-        tty = hasattr(stream, "isatty") and stream.isatty()
-        now = time.monotonic()
-        if not tty and not final and now - self._last < self.every:
-            return
-        self._last, self._shown = now, True
-        end = "\n" if (final or not tty) else ""
-        stream.write(("\r\x1b[2K" if tty else "") + self.line(p) + end)
-        stream.flush()
+        if self._bar is None:
+            tty = hasattr(stream, "isatty") and stream.isatty()
+            # counted from this process's start of the run: a resumed run's bar starts where it resumed
+            start = p.events - round(p.events_per_second * p.elapsed)
+            self._bar = tqdm(total=p.num_events, initial=max(start, 0), desc=self.label, unit="ev", file=stream,
+                             delay=max(self.after - p.elapsed, 0.0), mininterval=0.1 if tty else self.every,
+                             dynamic_ncols=tty, smoothing=0.0, leave=True)
+        self._bar.set_postfix_str(f"t {p.time:.6g}/{p.end_time:.6g}, loss {p.loss:.4g}", refresh=False)
+        self._bar.update(p.events - self._bar.n)
+        if p.segment == p.segments:
+            self._bar.close()

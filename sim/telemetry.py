@@ -42,8 +42,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from algos._linalg import leading_mean, weighted_sum
-from algos.layers import layer_names, leaf_layers  # noqa: F401  (layer_names is part of this module's API)
+from theory.layers import layer_names, leaf_layers  # noqa: F401  (layer_names is part of this module's API)
+from theory.linalg import leading_mean, weighted_sum
 
 _TINY = 1e-30
 

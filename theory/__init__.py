@@ -1,6 +1,9 @@
 """Closed-form predictions and the checks that compare them with measurement.
 
-Plain math over arrays: imports neither ``sim`` nor ``algos``.
+Plain math over arrays: imports nothing of the project. Also home to the small helpers that both
+``algos`` and ``sim`` need, since a helper two layers share lives in the lower one (DESIGN.md):
+:mod:`theory.linalg` (reductions over a worker axis as contractions), :mod:`theory.layers` (the
+layers of a parameter pytree) and :mod:`theory.hierarchy` (levels of hierarchical averaging).
 """
 
 from theory.checks import Check, format_table

@@ -90,7 +90,7 @@ def test_matches_plain_event_loop(local, rule, failure, period):
     sched = _schedule()
     exchange = {"fixed": ea.fixed(), "oracle": ea.oracle(), "dynamic": ea.dynamic()}[rule]
     alg = ea.elastic_averaging(LOCALS[local](), alpha=0.2, period=period, exchange=exchange, failure=failure,
-                               a0=0.3, trace=200)
+                               a0=0.3 if rule == "dynamic" else None, trace=200)
     res = sim.run(alg, prob, sched, key=jax.random.key(0), log_every=20)
     master, trace = _reference(A, b, sched, local=local, lr=0.1, alpha=0.2, period=period, rule=rule,
                                failure=failure, a0=0.3)

@@ -75,7 +75,7 @@ def test_fedasync_refuses_bad_hyperparameters():
 
 
 def _loop_hierarchical(A, b, steps, lr, levels, warmup):
-    from algos.hierarchy import check_levels, sync_level
+    from theory.hierarchy import check_levels, sync_level
 
     lv = check_levels(levels, b.shape[0])
     Y = np.zeros(b.shape)
@@ -261,5 +261,5 @@ def test_gsp_with_one_group_or_immediate_forwarding_is_asgd():
     assert rel_err(glob_one.state.models[0], ref.params) < 1e-13  # the global model lags by < 3 pushes
     with pytest.raises(ValueError, match="topology must be one of"):
         algos.gsp(stepsize=0.1, groups=[0, 1], topology="ring")
-    with pytest.raises(ValueError, match="group indices must be 0..G−1, each used"):
+    with pytest.raises(ValueError, match="groups must use the indices 0..G−1, each at least once"):
         algos.gsp(stepsize=0.1, groups=[0, 2])

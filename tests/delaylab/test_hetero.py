@@ -1,5 +1,5 @@
-"""The heterogeneity lab's experiments (paper_figures.hetero): their set-up pieces against hand
-values, and one experiment end to end on a tiny preset through the CLI."""
+"""The heterogeneity lab's experiments (paper_figures._hetero and its four figures): their set-up
+pieces against hand values, and one experiment end to end on a tiny preset through the CLI."""
 
 import dataclasses
 
@@ -7,14 +7,15 @@ import numpy as np
 import pytest
 
 from delaylab import cli
-from paper_figures import hetero
+from paper_figures import _hetero as lab
+from paper_figures import hetero_frontier, hetero_mitigation
 from sim import schedules
 
 
 def test_spread_taus_keep_total_compute_and_are_equal_at_h0():
-    np.testing.assert_allclose(hetero.spread_taus(0.0), np.ones(8))
+    np.testing.assert_allclose(lab.spread_taus(0.0), np.ones(8))
     for h in (0.5, 2.0):
-        t = hetero.spread_taus(h)
+        t = lab.spread_taus(h)
         assert np.sum(1 / t) == pytest.approx(8.0, rel=1e-12)
         assert np.all(np.diff(t) > 0)
         assert t[-1] * t[0] == pytest.approx(np.prod(t) ** (2 / 8), rel=1e-12)  # symmetric quantiles
@@ -22,16 +23,16 @@ def test_spread_taus_keep_total_compute_and_are_equal_at_h0():
 
 def test_until_gives_the_shortest_schedule_that_reaches_the_horizon():
     timing = schedules.FixedTiming(np.array([1.0, 3.0]))
-    s = hetero._until(lambda c: schedules.asynchronous(timing, num_events=c), 10.0, 2)
+    s = lab.until(lambda c: schedules.asynchronous(timing, num_events=c), 10.0, 2)
     assert s.end_time >= 10.0 and s.finish[-2] < 10.0
-    b = hetero._until(lambda c: schedules.barrier(timing, num_rounds=c), 10.0, 1)
+    b = lab.until(lambda c: schedules.barrier(timing, num_rounds=c), 10.0, 1)
     assert int(b.round.max()) + 1 == 4  # rounds end at 3, 6, 9, 12
     # SSP counts reports, not its release events: the last report is the first at or past 10
-    ssp = hetero._until(lambda c: schedules.stale_synchronous(timing, num_jobs=c, groups=[0, 0], bound=1), 10.0, 2)
+    ssp = lab.until(lambda c: schedules.stale_synchronous(timing, num_jobs=c, groups=[0, 0], bound=1), 10.0, 2)
     reports = ssp.finish[~ssp.pull_only]
     assert reports[-1] >= 10.0 and reports[-2] < 10.0 and ssp.pull_only.any()
-    assert hetero._time_to(np.array([0.0, 1.0, 2.0]), np.array([0.1, 0.5, 0.9]), 0.5) == 1.0
-    assert hetero._time_to(np.array([0.0, 1.0]), np.array([0.1, 0.2]), 0.5) == np.inf
+    assert hetero_frontier._time_to(np.array([0.0, 1.0, 2.0]), np.array([0.1, 0.5, 0.9]), 0.5) == 1.0
+    assert hetero_frontier._time_to(np.array([0.0, 1.0]), np.array([0.1, 0.2]), 0.5) == np.inf
 
 
 def test_mitigation_experiment_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
@@ -39,17 +40,17 @@ def test_mitigation_experiment_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch
     compiles its own run; the real preset's runtime is in the README, not tested)."""
     import csv
 
-    tiny = dataclasses.replace(hetero.PRESETS["quick"], train=800, test=200, pool=4, hidden=16, seeds=2,
+    tiny = dataclasses.replace(lab.PRESETS["quick"], train=800, test=200, pool=4, hidden=16, seeds=2,
                                horizon=40.0, probes=32, logs=5)
-    monkeypatch.setitem(hetero.PRESETS, "quick", tiny)
-    real = hetero.mitigation_methods
+    monkeypatch.setitem(lab.PRESETS, "quick", tiny)
+    real = hetero_mitigation.mitigation_methods
 
     def three(horizon, seed=0):
         methods, H_i = real(horizon, seed)
         keep = ("ASGD", "synchronous + 2 backup workers")
         return {k: v for k, v in methods.items() if k in keep}, H_i
 
-    monkeypatch.setattr(hetero, "mitigation_methods", three)
+    monkeypatch.setattr(hetero_mitigation, "mitigation_methods", three)
     assert cli.main(["figure", "hetero-mitigation", "--quick", "--out", str(tmp_path)]) == 0
     text = (tmp_path / "hetero_mitigation.txt").read_text()
     with open(tmp_path / "hetero_mitigation.csv") as fh:

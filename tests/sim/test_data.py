@@ -4,6 +4,8 @@ import os
 import numpy as np
 import pytest
 
+from tests.conftest import needs_fashion_mnist
+
 from sim import data
 
 
@@ -71,14 +73,19 @@ def test_search_order_and_fallback(tmp_path):
         data.load_mnist_format(locations=[], fallback=False)
 
 
-def test_default_locations_find_debian_fashion_mnist_when_installed():
-    ds = data.load_mnist_format()
-    if os.path.isdir("/usr/share/datasets/fashion-mnist") and not os.path.exists("/usr/share/datasets/mnist"):
-        assert ds.name == "fashion-mnist"
-        assert ds.x_train.shape == (60000, 28, 28) and ds.x_test.shape == (10000, 28, 28)
-        assert np.bincount(ds.y_train).tolist() == [6000] * 10
-    elif not any(os.path.exists(p) for _, p in data.default_locations()):
-        assert ds.name == "digits"
+@needs_fashion_mnist
+def test_default_locations_find_debian_fashion_mnist():
+    ds = data.load_mnist_format(locations=[(n, p) for n, p in data.default_locations() if n == "fashion-mnist"],
+                                fallback=False)
+    assert ds.name == "fashion-mnist"
+    assert ds.x_train.shape == (60000, 28, 28) and ds.x_test.shape == (10000, 28, 28)
+    assert np.bincount(ds.y_train).tolist() == [6000] * 10
+    assert 0.0 <= ds.x_train.min() and ds.x_train.max() == 1.0
+
+
+def test_without_data_the_loader_falls_back_to_the_digits():
+    ds = data.load_mnist_format(locations=[("nowhere", "/nonexistent/mnist")])
+    assert ds.name == "digits" and ds.x_train.shape[1:] == (8, 8)
 
 
 def test_splits():

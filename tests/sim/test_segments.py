@@ -140,18 +140,23 @@ def test_progress_reports_every_segment_in_order():
     assert seen[-1].time == SCHEDULE.end_time and np.isfinite(seen[-1].loss)
 
 
-def test_progress_bar_is_silent_for_short_runs_and_writes_one_line_per_update():
-    p = Progress(segment=2, segments=4, events=50, num_events=100, time=5.0, end_time=10.0, loss=0.25,
-                 elapsed=12.0, events_per_second=4.2)
+def test_progress_bar_is_silent_for_short_runs_and_ends_on_a_full_line():
+    def report(k, elapsed):
+        return Progress(segment=k, segments=4, events=25 * k, num_events=100, time=2.5 * k, end_time=10.0, loss=0.25,
+                        elapsed=elapsed, events_per_second=25 * k / elapsed)
+
     quiet = io.StringIO()
-    ProgressBar(stream=quiet, after=60.0)(p)
+    ProgressBar(stream=quiet, after=60.0)(report(2, 12.0))
     assert quiet.getvalue() == ""
     out = io.StringIO()
     bar = ProgressBar(stream=out, after=0.0, every=0.0)
-    bar(p)
-    line = out.getvalue()
-    assert line.endswith("\n") and line.count("\n") == 1  # not a terminal: whole lines, no \r
-    assert "50%" in line and "loss 0.25" in line and "events 50/100" in line and "left 0:12" in line
+    for k in range(1, 5):
+        bar(report(k, 3.0 * k))
+    text = out.getvalue()
+    assert text.endswith("\n") and text.count("\n") == 1  # one line, closed when the run ends
+    last = text.rstrip("\n").split("\r")[-1]
+    assert "100%" in last and "100/100" in last and "t 10/10, loss 0.25" in last
+
 
 
 @pytest.mark.parametrize("kwargs, match", [

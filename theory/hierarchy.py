@@ -1,6 +1,7 @@
-"""Levels of hierarchical averaging, shared by the algorithm (``algos.mitigation.hierarchical_sgd``)
-and its schedule (``sim.schedules.hierarchical``): which group size averages after which step.
-Plain Python on integers; no engine, no arrays."""
+"""Levels of hierarchical averaging, shared by the algorithm (``algos.hierarchical_sgd``) and its
+schedule (``sim.schedules.hierarchical``): which group size averages after which step. Plain
+Python on integers; no engine, no arrays. It lives in ``theory``, the lowest layer, because both
+``algos`` and ``sim`` need it and neither may import the other's concrete modules."""
 
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ def check_levels(levels, num_workers: int) -> tuple[tuple[int, int], ...]:
     periods = [p for p, _ in items]
     sizes = [s for _, s in items]
     if periods[0] < 1 or sizes[0] < 1:
-        raise ValueError(f"periods and group sizes must be >= 1; got {dict(items)}")
+        raise ValueError(f"levels: periods and group sizes must be >= 1; got {dict(items)}")
     if any(b <= a for a, b in zip(sizes, sizes[1:])) or any(b % a for a, b in zip(sizes, sizes[1:])):
-        raise ValueError(f"group sizes must increase with the period, each dividing the next; got {dict(items)}")
+        raise ValueError(f"levels: group sizes must increase with the period, each dividing the next; got {dict(items)}")
     if sizes[-1] != num_workers:
-        raise ValueError(f"the longest period's group must hold all {num_workers} workers; got {dict(items)}")
+        raise ValueError(f"levels: the longest period's group must hold all {num_workers} workers; got {dict(items)}")
     return tuple(items)
 
 

@@ -28,50 +28,10 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from algos import _checks
-from algos.base import Algorithm, Event, HParams, Params
-from algos.tables import _check_int
-
-
-def _local_steps(hparams: HParams, oracle) -> jax.Array:
-    """H, or H_i for this worker when DyLU gives one per worker."""
-    H = jnp.asarray(hparams["local_steps"])
-    return H[oracle.worker] if H.ndim else H
-
-
-def local_sgd_end(hparams: HParams, point: Params, oracle, key) -> Params:
-    """The model after H (or H_i) steps of SGD of size ``local_stepsize`` from ``point``, step k
-    on the minibatch of ``fold_in(key, k)``."""
-    lr = jnp.asarray(hparams["local_stepsize"])
-
-    def body(k, x):
-        _, g = oracle(x, jax.random.fold_in(key, k))
-        return jax.tree.map(lambda a, b: a - lr.astype(a.dtype) * b, x, g)
-
-    return jax.lax.fori_loop(0, _local_steps(hparams, oracle), body, point)
-
-
-def local_sgd_work(hparams: HParams, point: Params, oracle, key) -> Params:
-    """H (or H_i) steps of SGD from ``point``; returns Δ = point − (the model after them)."""
-    return jax.tree.map(lambda a, b: a - b, point, local_sgd_end(hparams, point, oracle, key))
-
-
-def local_adamw_work(hparams: HParams, point: Params, oracle, key) -> Params:
-    """H (or H_i) steps of AdamW (optax.adamw) from ``point``, starting from fresh moments;
-    returns Δ = point − (the model after them)."""
-    opt = optax.adamw(learning_rate=hparams["local_stepsize"], b1=hparams["b1"], b2=hparams["b2"],
-                      eps=hparams["eps"], weight_decay=hparams["weight_decay"])
-
-    def body(k, carry):
-        x, opt_state = carry
-        _, g = oracle(x, jax.random.fold_in(key, k))
-        updates, opt_state = opt.update(g, opt_state, x)
-        return optax.apply_updates(x, updates), opt_state
-
-    end, _ = jax.lax.fori_loop(0, _local_steps(hparams, oracle), body, (point, opt.init(point)))
-    return jax.tree.map(lambda a, b: a - b, point, end)
+from algos.base import Algorithm, Event, HParams, Params, state_params
+from algos.local_steps import INNER, check_outer_and_inner, inner_hparams
 
 
 def dylu_local_steps(local_steps: int, taus) -> np.ndarray:
@@ -111,44 +71,18 @@ def _dn_apply(hparams: HParams, s: DNState, delta: Params, event: Event):
     return DNState(x, momentum, buffer, count), x, {"stepsize": jnp.where(ok, scale, 0.0)}
 
 
-def check_outer_and_inner(name: str, hparams: HParams) -> None:
-    """The checks every local-update method shares: outer step η ≥ 0, inner learning rate ≥ 0,
-    outer momentum β ∈ [0, 1), and AdamW's weight decay ≥ 0 and b1, b2 ∈ [0, 1) where the inner
-    optimiser is AdamW."""
-    _checks.check_stepsize(name, hparams["stepsize"])
-    _checks.check_stepsize(name, hparams["local_stepsize"], argument="local_stepsize")
-    m = np.asarray(hparams["momentum"], np.float64)
-    if not np.all((m >= 0) & (m < 1)):
-        raise ValueError(f"{name}: momentum must be in [0, 1); got {hparams['momentum']!r}")
-    if "weight_decay" in hparams:
-        _checks.check_stepsize(name, hparams["weight_decay"], argument="weight_decay")
-        for key in ("b1", "b2"):
-            v = np.asarray(hparams[key])
-            if not np.all((v >= 0) & (v < 1)):
-                raise ValueError(f"{name}: {key} must be in [0, 1); got {hparams[key]!r}")
-
-
 def _validate_dn(hparams, n):
     check_outer_and_inner("async_local_sgd", hparams)
+    _checks.check_int_hparam("async_local_sgd", hparams, "delay")
+    _checks.check_int_hparam("async_local_sgd", hparams, "local_steps")
     H = np.asarray(hparams["local_steps"])
     if H.ndim == 1 and n and H.shape[0] != n:
         raise ValueError(f"async_local_sgd: DyLU gives local steps for {H.shape[0]} workers but the problem "
                          f"has {n}; give one τ per worker")
 
 
-INNER = {"sgd": local_sgd_work, "adamw": local_adamw_work}
-
-
-def inner_hparams(name: str, inner: str, *, weight_decay: float, b1: float, b2: float, eps: float) -> dict:
-    """The inner optimiser's hyperparameters to add to a method's: AdamW's four for
-    ``inner="adamw"``, none for ``"sgd"`` (which refuses a weight decay)."""
-    if inner not in INNER:
-        raise ValueError(f"{name}: inner must be one of {sorted(INNER)}; got {inner!r}")
-    if inner == "adamw":
-        return {"weight_decay": weight_decay, "b1": b1, "b2": b2, "eps": eps}
-    if weight_decay != 0.0:
-        raise ValueError(f"{name}: weight_decay applies to inner='adamw' only")
-    return {}
+local_sgd_work = INNER["sgd"]  # H (or H_i) SGD steps from the handed point; sends Δ
+local_adamw_work = INNER["adamw"]  # H (or H_i) AdamW steps from fresh moments; sends Δ
 
 
 def async_local_sgd(*, stepsize: float, local_stepsize: float, local_steps: int = 1, momentum: float = 0.9,
@@ -164,10 +98,10 @@ def async_local_sgd(*, stepsize: float, local_stepsize: float, local_steps: int 
         :func:`dylu_local_steps` (H, taus)[i] local steps (DyLU).
     """
     extra = inner_hparams("async_local_sgd", inner, weight_decay=weight_decay, b1=b1, b2=b2, eps=eps)
-    H = _check_int("async_local_sgd", "local_steps", local_steps)
+    H = _checks.check_int("async_local_sgd", "local_steps", local_steps)
     hp = {"stepsize": stepsize, "local_stepsize": local_stepsize,
           "local_steps": H if dylu_taus is None else dylu_local_steps(H, dylu_taus),
-          "momentum": momentum, "delay": _check_int("async_local_sgd", "delay", delay), **extra}
+          "momentum": momentum, "delay": _checks.check_int("async_local_sgd", "delay", delay), **extra}
     _validate_dn(hp, 0)
-    return Algorithm("async_local_sgd", hp, _dn_init, INNER[inner], _dn_apply, lambda s: s.params,
+    return Algorithm("async_local_sgd", hp, _dn_init, INNER[inner], _dn_apply, state_params,
                      validate=_validate_dn)

@@ -1,0 +1,281 @@
+"""The figure protocol: what every module of this package provides, and the one way figures run.
+
+A figure module defines a frozen preset type, a ``PRESETS`` dict of its instances (``quick`` and
+``full`` at least), and the four functions of a :class:`Figure`:
+
+* ``compute(preset, parts) -> data``: the numbers (a dict of arrays, numbers, strings, and nested
+  dicts and lists of them). Long work goes in parts (:meth:`Parts.get`), so that a stopped run
+  resumes where it stopped;
+* ``plot(data, path)``: the PNG;
+* ``findings(data) -> str``: the text of what it found, verdicts included;
+* ``rows(data) -> list[dict]``: the CSV of the data behind the figure;
+
+and exports ``FIGURE = Figure(...)``. :meth:`Figure.write` runs it: compute (or load stored data),
+then ``<stem>.npz`` (every number the figure and text are drawn from, so that ``--redraw``
+redraws both without computing), ``<stem>.png``, ``<stem>.csv`` and ``<stem>.txt``.
+
+Resuming. A part is stored, when it finishes, under ``<out>/.parts/<figure>_<preset>/`` with a key:
+a hash of the figure's code (every ``.py`` under ``algos/``, ``sim/`` and ``theory/`` plus the
+figure's module), of the part's inputs, and of the convolution implementation that runs the CNN
+(oneDNN or im2col: their float32 results differ in the last bits). A rerun reuses a part whose key
+matches and recomputes one whose code or inputs changed; a part computed with another convolution
+is refused, with the reason, rather than mixed with new ones. The parts are deleted once the figure
+is written. Files are written under a temporary name and renamed, so a stopped run never leaves a
+half-written part.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from typing import Any, Callable, Mapping, Optional
+
+import numpy as np
+
+from sim import store
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class MixedConvolution(RuntimeError):
+    """Stored parts of a figure were computed with another convolution implementation."""
+
+
+def code_hash(*files: str) -> str:
+    """A hash of the sources a figure's numbers depend on: every ``.py`` under ``algos/``, ``sim/``
+    and ``theory/`` plus ``files`` (the figure's own modules). Taken once, when a run starts: the
+    code the process loaded, not what is on disk when a part is saved."""
+    h = hashlib.sha256()
+    paths = [os.path.abspath(f) for f in files]
+    for sub in ("algos", "sim", "theory"):
+        for dirpath, _, names in sorted(os.walk(os.path.join(_ROOT, sub))):
+            paths += [os.path.join(dirpath, f) for f in sorted(names) if f.endswith(".py")]
+    for p in paths:
+        with open(p, "rb") as fh:
+            h.update(fh.read())
+    return h.hexdigest()[:16]
+
+
+def convolution() -> str:
+    """The convolution implementation the CNN uses in this process, float32 on the default
+    backend ("native" (oneDNN), "im2col" or "lax")."""
+    import jax.numpy as jnp
+
+    from sim.models import conv_impl_for
+
+    return conv_impl_for("auto", jnp.float32)
+
+
+def _canonical(obj):
+    """JSON-able form of a part's inputs (floats rounded to 12 significant digits)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return _canonical(dataclasses.asdict(obj))
+    if isinstance(obj, Mapping):
+        return {str(k): _canonical(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_canonical(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _canonical(obj.tolist())
+    if isinstance(obj, (float, np.floating)):
+        return float(f"{float(obj):.12g}") if np.isfinite(obj) else str(float(obj))
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+class Parts:
+    """A figure run's finished parts (see the module docstring). ``directory=None``: nothing is
+    stored or reused (each part is computed). ``out_dir``: the figure's output folder, for the few
+    figures that write a file of their own besides the standard four (None: write none)."""
+
+    def __init__(self, directory: Optional[str], *, code: str, conv: Optional[str], label: str, quiet: bool = False,
+                 out_dir: Optional[str] = None):
+        self.directory, self.code, self.conv, self.label, self.quiet = directory, code, conv, label, quiet
+        self.out_dir = out_dir
+        if directory is not None and os.path.isdir(directory) and any(f.endswith(".npz") for f in os.listdir(directory)):
+            self.say(f"resuming; finished parts of an earlier stopped run are in {directory} "
+                     "(a part whose code or inputs differ is recomputed)")
+
+    def say(self, msg: str) -> None:
+        if not self.quiet:
+            print(f"  {self.label}: {msg}", flush=True)
+
+    def get(self, name: str, inputs: Mapping, compute: Callable[[], Mapping]) -> tuple[dict, bool]:
+        """The part ``name``: reused from the directory when stored there with the same code,
+        inputs and convolution, else ``compute()`` (a dict: arrays, numbers, strings, nested dicts
+        and lists of them), timed (``"seconds"`` is added) and stored. Returns the part and
+        whether it was reused."""
+        key = json.dumps({"code": self.code, "inputs": _canonical(inputs)}, sort_keys=True)
+        path = None if self.directory is None else os.path.join(self.directory, f"{name}.npz")
+        if path is not None and os.path.exists(path):
+            with np.load(path, allow_pickle=False) as z:
+                stored_key, conv = str(z["key"]), str(z["convolution"])
+            if stored_key == key and conv != str(self.conv):
+                raise MixedConvolution(
+                    f"{path} was computed with the {conv} convolution, this process runs {self.conv}; "
+                    "a figure's parts must come from one implementation. Rerun where the same one is "
+                    f"available (`make native` builds oneDNN's), or delete {self.directory} to start over.")
+            if stored_key == key:
+                return load_data(path), True
+        t0 = time.perf_counter()
+        part = dict(compute())
+        part["seconds"] = time.perf_counter() - t0
+        if path is not None:
+            os.makedirs(self.directory, exist_ok=True)
+            save_data(path, part, key=key, convolution=str(self.conv))
+        return part, False
+
+    def remove(self) -> None:
+        """Delete the parts (and ``.parts/`` when it is left empty)."""
+        if self.directory is None:
+            return
+        shutil.rmtree(self.directory, ignore_errors=True)
+        parent = os.path.dirname(self.directory)
+        if os.path.isdir(parent) and not os.listdir(parent):
+            os.rmdir(parent)
+
+
+# --- data files: nested dicts and lists of arrays, without pickles -------------------------------
+
+
+def _flatten(obj, arrays: dict):
+    """The JSON structure of ``obj``; its arrays (and numbers) go to ``arrays``."""
+    if isinstance(obj, Mapping):
+        return {"dict": [[_flatten(k, arrays), _flatten(v, arrays)] for k, v in obj.items()]}
+    if isinstance(obj, tuple):
+        return {"tuple": [_flatten(v, arrays) for v in obj]}
+    if isinstance(obj, list):
+        return {"list": [_flatten(v, arrays) for v in obj]}
+    if obj is None or isinstance(obj, (str, bool)):
+        return {"value": obj}
+    name = f"a{len(arrays)}"
+    arrays[name] = np.asarray(obj)
+    kind = "int" if isinstance(obj, (int, np.integer)) else "float" if isinstance(obj, (float, np.floating)) else "array"
+    return {kind: name}
+
+
+def _unflatten(node, arrays):
+    (kind, v), = node.items()
+    if kind == "dict":
+        return {_unflatten(k, arrays): _unflatten(x, arrays) for k, x in v}
+    if kind == "tuple":
+        return tuple(_unflatten(x, arrays) for x in v)
+    if kind == "list":
+        return [_unflatten(x, arrays) for x in v]
+    if kind == "value":
+        return v
+    a = arrays[v]
+    return int(a) if kind == "int" else float(a) if kind == "float" else a
+
+
+def save_data(path: str, data: Mapping, **extra: str) -> None:
+    """``data`` as a plain ``.npz``: its arrays, and its structure as JSON (no pickles); ``extra``
+    strings are stored beside them (a part's key)."""
+    arrays: dict = {}
+    structure = _flatten(dict(data), arrays)
+    store.write_npz(path, {"structure": np.asarray(json.dumps(structure)), **{k: np.asarray(v) for k, v in extra.items()},
+                           **arrays})
+
+
+def load_data(path: str) -> dict:
+    """The inverse of :func:`save_data`."""
+    with np.load(path, allow_pickle=False) as z:
+        if "structure" not in z.files:
+            raise ValueError(f"{path} holds no figure data (no 'structure' entry)")
+        return _unflatten(json.loads(str(z["structure"])), {k: z[k] for k in z.files})
+
+
+# --- the protocol ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    """A reproduced figure (see the module docstring).
+
+    Attributes:
+      name: the command line's name (``delaylab figure NAME``).
+      description: one line.
+      presets: preset name → a frozen preset of the figure's own type.
+      compute, plot, findings, rows: the figure's functions.
+      stem: the output files' stem, or a function of the data giving it.
+      module: the figure module's file, whose code keys its parts (with algos/, sim/, theory/).
+      default_preset: what ``delaylab figure NAME`` runs without ``--preset``/``--quick``.
+      convolution: whether the figure trains a CNN (its parts then record the convolution).
+      save, load: how the data are stored (default: :func:`save_data`, :func:`load_data`).
+    """
+
+    name: str
+    description: str
+    presets: Mapping[str, Any]
+    compute: Callable[[Any, Parts], dict]
+    plot: Callable[[dict, str], None]
+    findings: Callable[[dict], str]
+    rows: Callable[[dict], list]
+    stem: Any
+    module: str
+    default_preset: str = "full"
+    convolution: bool = False
+    save: Callable[[str, dict], None] = save_data
+    load: Callable[[str], dict] = load_data
+
+    def __post_init__(self):
+        missing = [p for p in ("quick", self.default_preset) if p not in self.presets]
+        if missing:
+            raise ValueError(f"figure {self.name}: presets {missing} are missing; it has {sorted(self.presets)}")
+
+    def preset(self, name: Optional[str] = None, *, quick: bool = False):
+        """The preset ``name`` (default: quick if ``quick``, else the default), checked."""
+        name = name or ("quick" if quick else self.default_preset)
+        if name not in self.presets:
+            raise ValueError(f"figure {self.name} has no preset {name!r}; allowed: {sorted(self.presets)}")
+        return name, self.presets[name]
+
+    def file_stem(self, data: Mapping) -> str:
+        return self.stem(data) if callable(self.stem) else self.stem
+
+    def compute_data(self, preset: str, out_dir: Optional[str], *, quiet: bool = False) -> dict:
+        """Compute the data of ``preset``, its parts kept under ``out_dir/.parts`` until written."""
+        _, p = self.preset(preset)
+        parts_dir = None if out_dir is None else os.path.join(out_dir, ".parts", f"{self.name}_{preset}")
+        parts = Parts(parts_dir, code=code_hash(self.module), conv=convolution() if self.convolution else None,
+                      label=self.name, quiet=quiet, out_dir=out_dir)
+        data = self.compute(p, parts)
+        return data
+
+    def write(self, out_dir: str, *, preset: Optional[str] = None, data: Optional[Mapping] = None,
+              quiet: bool = False) -> str:
+        """Compute ``preset`` (or, given ``data``, only redraw) and write the outputs; returns the PNG's path."""
+        fresh = data is None
+        if fresh:
+            preset, _ = self.preset(preset)
+            data = self.compute_data(preset, out_dir, quiet=quiet)
+        stem = self.file_stem(data)
+        os.makedirs(out_dir, exist_ok=True)
+        if fresh:  # every number behind the figure, so that it can be redrawn without computing; the
+            # figure and text are drawn from what was stored, so a redraw gives the same files
+            self.save(os.path.join(out_dir, f"{stem}.npz"), data)
+            data = self.load(os.path.join(out_dir, f"{stem}.npz"))
+        path = os.path.join(out_dir, f"{stem}.png")
+        self.plot(data, path)
+        store.write_csv(os.path.join(out_dir, f"{stem}.csv"), self.rows(data))
+        with open(os.path.join(out_dir, f"{stem}.txt"), "w") as fh:
+            fh.write(self.findings(data))
+        if fresh:  # everything is written; the parts were only there to resume a stopped run
+            Parts(os.path.join(out_dir, ".parts", f"{self.name}_{preset}"), code="", conv=None, label=self.name,
+                  quiet=True).remove()
+        return path
+
+
+def progress(label: str):
+    """A progress printer for a figure's long loops (stdout, flushed)."""
+
+    def say(msg: str) -> None:
+        print(f"  {label} {msg}", flush=True)
+        sys.stdout.flush()
+
+    return say

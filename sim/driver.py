@@ -1,0 +1,194 @@
+"""The host driver: a run or a sweep as a sequence of compiled segments.
+
+Every run goes through here. A segment is one call of the compiled program (:func:`sim.core.segment`)
+over some chunks of the plan, the carry staying on the device between calls; a run in one call is
+one segment over the whole plan. Between segments the host sees the metrics (for progress) and the
+carry (for checkpoints): nothing is added to the compiled program, and a run in segments computes
+exactly what the one-call run computes, the same chunk body in the same order
+(tests/sim/test_segments.py checks the bits).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Callable, Optional
+
+import jax
+import numpy as np
+
+from sim import checkpoint as ckpt
+from sim.blocks import BlockPlan
+from sim.progress import Progress
+
+
+@dataclasses.dataclass
+class Program:
+    """A run's or a sweep's compiled segment, bound to its inputs.
+
+    Attributes:
+      segment: ``(carry, pieces, start) -> (carry, first, metrics per piece)`` on the device;
+        ``pieces`` is a tuple of ``(plan chunks, padded)``; with ``start`` the run begins there
+        (``carry`` ignored, ``first`` the metrics at time 0), else ``first`` is None.
+      to_host, from_host: move a carry (or metrics) between its device form and the NumPy form a
+        checkpoint holds (a sweep's padding runs dropped).
+      log_axis: the metrics' log-point axis in host form (0 for a run, 1 for a sweep).
+      runs: a sweep's number of runs (its host form's leading axis), None for a run.
+    """
+
+    segment: Callable
+    to_host: Callable
+    from_host: Callable
+    log_axis: int
+    runs: Optional[int] = None
+
+    def host_like(self) -> tuple:
+        """Abstract shapes of (carry, first metrics) in host form, without compiling anything."""
+        carry, first, _ = jax.eval_shape(lambda: self.segment(None, (), True))
+        if self.runs is None:
+            return carry, first
+        return jax.tree.map(lambda v: jax.ShapeDtypeStruct((self.runs,) + tuple(v.shape[1:]), v.dtype), (carry, first))
+
+
+def split_plan(plan: BlockPlan) -> list[tuple[np.ndarray, bool]]:
+    """The plan's pieces in order, as (chunks, padded): the chunks without padding slots, then the
+    rest (empty pieces left out).
+
+    Padding slots are skipped with a branch, and XLA copies a branch's operands, the whole server
+    state, on every slot; so the engine branches only where the plan has padding. With one event
+    per block, only a ragged last chunk has any, and it is cut to its real length.
+    """
+    has_pad = np.any(plan.events < 0, axis=(1, 2))
+    c = int(np.argmax(has_pad)) if has_pad.any() else has_pad.shape[0]
+    clean, rest = [plan.events[:c]], plan.events[c:]
+    if plan.block_size == 1 and rest.shape[0] == 1:
+        last = rest[0][rest[0, :, 0] >= 0]
+        clean.append(last[None])
+        rest = rest[:0]
+    return [(p, False) for p in clean if p.shape[0]] + ([(rest, True)] if rest.shape[0] else [])
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    """The pieces of one compiled call, and the index of its last chunk in the plan."""
+
+    pieces: tuple
+    last_chunk: int
+
+
+def segments(plan: BlockPlan, size: Optional[int]) -> list[Segment]:
+    """The plan cut into segments of at most ``size`` chunks, never across a piece boundary of
+    :func:`split_plan` (``size=None``: one segment holding every piece)."""
+    pieces = split_plan(plan)
+    if size is None:
+        return [Segment(tuple(pieces), int(plan.events.shape[0]) - 1)]
+    out, c0 = [], 0
+    for part, padded in pieces:
+        for a in range(0, part.shape[0], size):
+            piece = part[a : a + size]
+            out.append(Segment(((piece, padded),), c0 + a + piece.shape[0] - 1))
+        c0 += part.shape[0]
+    return out
+
+
+def _concat(first, parts, axis: int):
+    """The initial metrics, then each segment's, along the log-point axis (on the host)."""
+    return jax.tree.map(lambda f, *a: np.concatenate([np.expand_dims(f, axis), *a], axis=axis), first, *parts)
+
+
+def tail_average(out: dict) -> dict:
+    """On the host: the tail sums over their weight, NaN where no event was committed inside the
+    window (a run that diverged before it). Divided here, not in the compiled program, because
+    XLA's vectorised division on CPU is not correctly rounded, and its result depended on how many
+    runs a device held; NumPy's is, whatever the batching."""
+    out = dict(out)
+    w = np.asarray(out.pop("tail_weight"))
+
+    def average(t):
+        t = np.asarray(t)
+        ww = w.reshape(w.shape + (1,) * (t.ndim - w.ndim))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(ww > 0, t / np.where(ww > 0, ww, 1).astype(t.dtype), np.nan).astype(t.dtype)
+
+    out["tail"] = jax.tree.map(average, out.pop("tail_sum"))
+    return out
+
+
+def drive(program: Program, plan: BlockPlan, schedule, *, segment: Optional[int], progress, checkpoint: Optional[str],
+          checkpoint_every: float, fingerprint: Optional[dict], keys) -> dict:
+    """Run the segments one after another: metrics to the host after each, progress reported,
+    a checkpoint written every ``checkpoint_every`` seconds and after the last segment; resume
+    from ``checkpoint`` if it exists. Returns, on the host: ``state``, ``params`` (the last finite
+    model), ``metrics`` (joined along the log axis), ``tail`` (the tail average), ``stats``, ``bad``."""
+    segs = segments(plan, segment)
+    axis = program.log_axis
+    if checkpoint is not None and os.path.exists(checkpoint):
+        carry_like, first_like = program.host_like()
+        saved = ckpt.load(checkpoint, fingerprint=fingerprint, carry_like=carry_like, first_like=first_like,
+                          log_axis=axis)
+        carry, first, parts, done = program.from_host(saved.carry), saved.first, [saved.metrics], saved.done
+    else:
+        carry, first, parts, done = None, None, [], 0
+    resumed, t0 = done, time.monotonic()
+    last_save, saved_done = t0, done
+    events0 = int(plan.chunk_end[segs[done - 1].last_chunk]) + 1 if done else 0
+
+    def save(k):  # the carry and metrics after segment k (1-based)
+        ckpt.save(checkpoint, carry=program.to_host(carry), first=first,
+                  metrics=jax.tree.map(lambda *a: np.concatenate(a, axis=axis), *parts), done=k,
+                  fingerprint=fingerprint, events=int(plan.chunk_end[segs[k - 1].last_chunk]) + 1, keys=keys)
+
+    try:
+        for i in range(done, len(segs)):
+            carry, start_metrics, metrics = program.segment(carry, segs[i].pieces, i == 0)
+            if i == 0:
+                first = program.to_host(start_metrics)
+            parts.extend(program.to_host(m) for m in metrics)
+            done = i + 1
+            now = time.monotonic()
+            if checkpoint is not None and (done == len(segs) or now - last_save >= checkpoint_every):
+                save(done)
+                last_save, saved_done = time.monotonic(), done
+            if progress is not None:
+                events = int(plan.chunk_end[segs[i].last_chunk]) + 1
+                loss = np.take(np.asarray(parts[-1]["loss"], np.float64), -1, axis=axis)
+                finite = loss[np.isfinite(loss)]
+                progress(Progress(segment=done, segments=len(segs), events=events,
+                                  num_events=schedule.num_events, time=float(schedule.finish[events - 1]),
+                                  end_time=schedule.end_time, loss=float(np.median(finite)) if finite.size else np.nan,
+                                  elapsed=now - t0, events_per_second=(events - events0) / max(now - t0, 1e-9),
+                                  resumed_from=resumed))
+    except KeyboardInterrupt:
+        # Ctrl-C: keep the segments finished since the last checkpoint (the one interrupted is lost)
+        if checkpoint is not None and done > saved_done:
+            save(done)
+        raise
+    c = program.to_host(carry)
+    out = tail_average({"state": c.state, "params": c.last_good, "tail_sum": c.tail_sum,
+                        "tail_weight": c.tail_weight, "stats": c.stat_sums, "bad": c.bad})
+    return {**out, "metrics": _concat(first, parts, axis)}
+
+
+def fingerprint(alg, problem, schedule, static, hp: dict, keys, plan: BlockPlan, segment: Optional[int], targets: dict,
+                run_batch=None) -> dict:
+    """What a checkpoint must match: hashes of every input the numbers depend on."""
+    sched = {name: ckpt.digest(getattr(schedule, name)) for name in (
+        "worker", "start", "finish", "version", "delivered", "round", "job_key", "pull_only", "tag")
+        if getattr(schedule, name) is not None}
+    return {
+        "algorithm": alg.name,
+        "hyperparameters": {k: ckpt.digest(v) for k, v in hp.items()},
+        "keys": ckpt.digest(keys),
+        "x0": ckpt.tree_digest(problem.x0),
+        "problem_data": ckpt.tree_digest(problem.data),
+        "targets": {k: ckpt.digest(v) for k, v in targets.items()},
+        "schedule": sched,
+        "plan": {"chunks": int(plan.events.shape[0]), "block_size": int(plan.block_size),
+                 "chunk_end": ckpt.digest(plan.chunk_end), "segment": None if segment is None else int(segment)},
+        "options": {"batching": static.batching, "runs": static.runs, "record_params": static.record_params,
+                    "by_round": static.by_round, "telemetry": type(static.telemetry).__name__,
+                    "run_batch": run_batch, "x64": bool(jax.config.jax_enable_x64),
+                    "platform": jax.default_backend()},
+    }
+

@@ -1,0 +1,37 @@
+"""Schedules: who arrives when, computed on the host before any model value exists.
+
+The package splits along its seams: the type (:mod:`~sim.schedules.schedule`), the timing models
+(:mod:`~sim.schedules.timing`), the dispatch policies (:mod:`~sim.schedules.dispatch`,
+:mod:`~sim.schedules.time_bounded`), traces (:mod:`~sim.schedules.traces`) and failures
+(:mod:`~sim.schedules.failures`); every public name is importable from ``sim.schedules``.
+
+Timing never depends on the model's values (DESIGN.md, "The event model"), so a whole run's
+event sequence is a handful of NumPy arrays. A :class:`Schedule` is built from a *timing model*
+(how long each job of each worker takes) and a *dispatch policy* (asynchronous: a worker
+restarts the moment it reports; barrier: synchronous rounds; backup workers: rounds that close at
+the N-th of N + b results). Time-varying speeds (slowdowns, stalls) wrap a timing model
+(:class:`SlowdownTiming`). Failures are a transform that marks some arrivals as lost.
+
+Conventions, fixed once for every schedule:
+
+* Worker indices are 0-based. Every worker starts its first job at time 0.
+* Events are ordered by finish time; ties are broken by the lower worker index
+  (specs/asgd.md §1, event model rule 4). The finite-step orbit depends on this rule.
+* ``version[e]`` is the number of *delivered* arrivals the server had processed when event
+  ``e``'s job was dispatched, and ``staleness[e]`` the number processed since then, before ``e``.
+* With fixed computation the k-th arrival (k = 1, 2, ...) of worker i is at exactly ``k * τ_i``.
+"""
+
+from sim.schedules.dispatch import (asynchronous, backup_workers, barrier, fixed_computation, hierarchical,
+                                    random_durations, stale_synchronous, synchronous)
+from sim.schedules.failures import with_failures
+from sim.schedules.schedule import Schedule
+from sim.schedules.time_bounded import time_bounded_rounds
+from sim.schedules.timing import (NOISE_KINDS, ExampleCostTiming, FixedTiming, RandomTiming, SlowdownTiming, Timing,
+                                  TraceTiming, job_keys)
+from sim.schedules.traces import from_trace, read_trace
+
+__all__ = ["NOISE_KINDS", "ExampleCostTiming", "FixedTiming", "RandomTiming", "Schedule", "SlowdownTiming", "Timing",
+           "TraceTiming", "asynchronous", "backup_workers", "barrier", "fixed_computation", "from_trace", "hierarchical",
+           "job_keys", "random_durations", "read_trace", "stale_synchronous", "synchronous", "time_bounded_rounds",
+           "with_failures"]
