@@ -183,11 +183,11 @@ def main(argv=None) -> int:
             print(f"{verify.NOISE_SCENARIO:15s} noise floors of vanilla and Rescaled vs V σ²/(4Γ), and their ratio τ_A/τ_H")
             return 0
         try:
-            from paper_figures import r1_bias_toy
+            import paper_figures
 
             return verify.run_verify(None if args.no_out else args.out, as_json=args.json,
                                      names=args.scenario, quiet=args.quiet or args.json,
-                                     figure=r1_bias_toy.write)
+                                     figure=lambda out: paper_figures.figure("r1").write(out, quiet=True))
         except ValueError as err:
             print(f"delaylab verify: {err}", file=sys.stderr)
             return 2

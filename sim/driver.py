@@ -189,6 +189,6 @@ def fingerprint(alg, problem, schedule, static, hp: dict, keys, plan: BlockPlan,
         "options": {"batching": static.batching, "runs": static.runs, "record_params": static.record_params,
                     "by_round": static.by_round, "telemetry": type(static.telemetry).__name__,
                     "run_batch": run_batch, "x64": bool(jax.config.jax_enable_x64),
-                    "platform": jax.default_backend()},
+                    "platform": jax.default_backend(), "convolution": problem.convolution},
     }
 

@@ -70,6 +70,8 @@ class RunResult:
       diverged_at: first event that produced a non-finite model, −1 if none (batched in sweeps).
       schedule: the schedule's summary.
       block_size: slots per block; mean_fill: events per block / block_size.
+      convolution: how the problem's convolutions were computed (``Problem.convolution``; None
+        for a problem without any).
     """
 
     params: PyTree
@@ -83,6 +85,7 @@ class RunResult:
     block_size: int
     mean_fill: float
     divergence: Optional[Divergence] = None
+    convolution: Optional[str] = None
 
 
 
@@ -300,7 +303,7 @@ def run(alg: Algorithm, problem: Problem, schedule: Schedule, *, key, hparams: O
     return RunResult(
         params=out["params"], state=out["state"], metrics=metrics, worker_stats=out["stats"],
         tail_average=out["tail"], tail_window=window, diverged_at=np.asarray(bad), schedule=schedule.summary(),
-        block_size=plan.block_size, mean_fill=plan.mean_fill, divergence=divergence)
+        block_size=plan.block_size, mean_fill=plan.mean_fill, divergence=divergence, convolution=problem.convolution)
 
 
 def _sweep_hparams(alg: Algorithm, hparams: Optional[dict]) -> dict:
@@ -358,7 +361,7 @@ def sweep(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys, hparams
     return RunResult(
         params=out["params"], state=out["state"], metrics=metrics, worker_stats=out["stats"],
         tail_average=out["tail"], tail_window=window, diverged_at=bad, schedule=schedule.summary(),
-        block_size=plan.block_size, mean_fill=plan.mean_fill)
+        block_size=plan.block_size, mean_fill=plan.mean_fill, convolution=problem.convolution)
 
 
 def compiled_text(alg: Algorithm, problem: Problem, schedule: Schedule, *, keys=None, hparams: Optional[dict] = None,

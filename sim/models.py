@@ -357,4 +357,5 @@ def cnn_classifier(images, labels, test_images, test_labels, *, num_workers: int
               "X_test": jnp.asarray(_pad_to_chunks(Xt, eval_chunk), dt),
               "y_test": jnp.asarray(_pad_to_chunks(yt, eval_chunk))},
         x0=params,
+        convolution=used,
     )

@@ -65,6 +65,9 @@ class Problem:
       local_derivatives: ``x -> (G [n, d], H [n, d, d])`` in float64 NumPy, for theory's
         numerical solver of weighted objectives; None where not provided.
       curvature: for quadratics, the (A, b) pair in float64, for closed-form theory.
+      convolution: for problems with convolutions, how they are computed ("native" (oneDNN),
+        "im2col" or "lax"; :func:`sim.models.conv_impl_for`): float32 results differ in the last
+        bits between them, so runs, checkpoints and figure parts record it. None: no convolution.
     """
 
     name: str
@@ -75,6 +78,7 @@ class Problem:
     minimiser: Optional[np.ndarray] = None
     local_derivatives: Optional[Callable] = None
     curvature: Optional[tuple] = None
+    convolution: Optional[str] = None
 
     def objective(self, params) -> float:
         return float(self.fns.objective(self.data, params))

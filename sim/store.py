@@ -38,6 +38,14 @@ def git_revision() -> str:
         return "unknown"
 
 
+def _convolution() -> str:
+    """What a CNN's float32 convolutions use in this process: oneDNN where `make native` built it,
+    else the reason it is not used (im2col then)."""
+    from sim import native
+
+    return "native (oneDNN)" if native.available() else f"im2col ({native.status()})"
+
+
 def environment() -> dict:
     versions = {}
     for name in _PACKAGES:
@@ -53,6 +61,7 @@ def environment() -> dict:
         "machine": platform.machine(),
         "jax_backend": jax.default_backend(),
         "x64": bool(jax.config.jax_enable_x64),
+        "convolution": _convolution(),
         "packages": versions,
         "git_revision": git_revision(),
     }
