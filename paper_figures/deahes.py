@@ -127,50 +127,59 @@ def _final(run: dict, key: str) -> np.ndarray:
 
 def findings(data: dict) -> str:
     R = data["runs"]
+    methods = [m for m in METHODS if all((P, m) in R for P in data["workers"])]  # all six, but for a partial run
     lines = [f"DEAHES-O Figures 4–5 ({data['preset']} preset): {data['dataset']}, {data['train_size']} training / "
              f"{data['test_size']} test images, {data['rounds']} communication rounds, {data['seeds']} seeds, "
              f"exchanges lost with probability 1/3 ({data.get('semantics', 'suppressed')} semantics: "
              + _SEMANTICS[data.get("semantics", "suppressed")] + ").",
              "Final master training loss and test accuracy (mean ± std over seeds):",
-             f"{'P':>2s} {'τ':>2s} " + " ".join(f"{m:>17s}" for m in METHODS)]
+             f"{'P':>2s} {'τ':>2s} " + " ".join(f"{m:>17s}" for m in methods)]
     for P in data["workers"]:
         for t, tau in enumerate(data["periods"]):
-            lo = " ".join(f"{_final(R[(P, m)], 'loss')[t].mean():8.4f}±{_final(R[(P, m)], 'loss')[t].std():<8.4f}" for m in METHODS)
-            ac = " ".join(f"{_final(R[(P, m)], 'accuracy')[t].mean():8.4f}±{_final(R[(P, m)], 'accuracy')[t].std():<8.4f}" for m in METHODS)
+            lo = " ".join(f"{_final(R[(P, m)], 'loss')[t].mean():8.4f}±{_final(R[(P, m)], 'loss')[t].std():<8.4f}" for m in methods)
+            ac = " ".join(f"{_final(R[(P, m)], 'accuracy')[t].mean():8.4f}±{_final(R[(P, m)], 'accuracy')[t].std():<8.4f}" for m in methods)
             lines.append(f"{P:2d} {tau:2d} {lo}   (loss)")
             lines.append(f"{'':2s} {'':2s} {ac}   (accuracy)")
     configs = [(P, t) for P in data["workers"] for t in range(len(data["periods"]))]
-    loss = {(P, t, m): float(_final(R[(P, m)], "loss")[t].mean()) for P, t in configs for m in METHODS}
+    loss = {(P, t, m): float(_final(R[(P, m)], "loss")[t].mean()) for P, t in configs for m in methods}
 
     def count(pred):
         k = sum(bool(pred(P, t)) for P, t in configs)
         verdict = "holds" if k == len(configs) else ("does NOT hold" if k == 0 else "holds in part")
         return f"{verdict} ({k} of {len(configs)} settings)"
 
+    def claim(text, needs, pred):
+        missing = [m for m in needs if m not in methods]
+        lines.append(f"- {text}: " + (count(pred) if not missing else f"not judged (this run lacks {', '.join(missing)})")
+                     + ".")
+
     lines.append("The paper's claims, judged by the final training loss:")
-    lines.append("- AdaHessian methods beat the SGD methods (each of EAHES, EAHES-O, EAHES-OM, DEAHES-O below both "
-                 "EASGD and EAMSGD): " + count(lambda P, t: max(loss[P, t, m] for m in HESSIAN)
-                                                < min(loss[P, t, "EASGD"], loss[P, t, "EAMSGD"])) + ".")
-    lines.append("- Overlap helps (EAHES-O below EAHES): " + count(lambda P, t: loss[P, t, "EAHES-O"] < loss[P, t, "EAHES"]) + ".")
-    lines.append("- The oracle EAHES-OM is the best of the six: "
-                 + count(lambda P, t: loss[P, t, "EAHES-OM"] <= min(loss[P, t, m] for m in METHODS)) + ".")
-    lines.append("- DEAHES-O beats EASGD, EAMSGD, EAHES and EAHES-O: "
-                 + count(lambda P, t: loss[P, t, "DEAHES-O"] < min(loss[P, t, m] for m in ("EASGD", "EAMSGD", "EAHES", "EAHES-O"))) + ".")
-    d = [loss[P, t, "DEAHES-O"] for P, t in configs]
-    p0, p1, t1 = data["workers"][0], data["workers"][-1], len(data["periods"]) - 1
-    lines.append(f"- More workers or a longer period do not visibly hurt: DEAHES-O's final loss ranges over "
-                 f"{min(d):.4f}–{max(d):.4f} across the {len(configs)} settings (P = {p0} → {p1} at "
-                 f"τ = {data['periods'][0]}: {loss[p0, 0, 'DEAHES-O']:.4f} → {loss[p1, 0, 'DEAHES-O']:.4f}; "
-                 f"τ = {data['periods'][0]} → {data['periods'][t1]} at P = {p0}: "
-                 f"{loss[p0, 0, 'DEAHES-O']:.4f} → {loss[p0, t1, 'DEAHES-O']:.4f}).")
-    lines.append("The detector (ROC AUC of −a for \"this exchange follows a failure\", mean over seeds; "
-                 f"a0 = {KAPPA:g} × the spread of a without failures):")
-    for P in data["workers"]:
-        for t, tau in enumerate(data["periods"]):
-            aucs = {m: np.nanmean(R[(P, m)]["auc"][t]) for m in ("EAHES-O", "DEAHES-O")}
-            lines.append(f"  P = {P}, τ = {tau}: a0 = {data[f'a0_P{P}'][t]:.3g}; AUC {aucs['EAHES-O']:.3f} on EAHES-O, "
-                         f"{aucs['DEAHES-O']:.3f} on DEAHES-O ({int(R[(P, 'DEAHES-O')]['positives'][t].sum())} exchanges "
-                         "after a failure)")
+    claim("AdaHessian methods beat the SGD methods (each of EAHES, EAHES-O, EAHES-OM, DEAHES-O below both EASGD and "
+          "EAMSGD)", HESSIAN + ("EASGD", "EAMSGD"),
+          lambda P, t: max(loss[P, t, m] for m in HESSIAN) < min(loss[P, t, "EASGD"], loss[P, t, "EAMSGD"]))
+    claim("Overlap helps (EAHES-O below EAHES)", ("EAHES-O", "EAHES"), lambda P, t: loss[P, t, "EAHES-O"] < loss[P, t, "EAHES"])
+    claim("The oracle EAHES-OM is the best of the six", ("EAHES-OM",) + tuple(METHODS),
+          lambda P, t: loss[P, t, "EAHES-OM"] <= min(loss[P, t, m] for m in METHODS))
+    claim("DEAHES-O beats EASGD, EAMSGD, EAHES and EAHES-O", ("DEAHES-O", "EASGD", "EAMSGD", "EAHES", "EAHES-O"),
+          lambda P, t: loss[P, t, "DEAHES-O"] < min(loss[P, t, m] for m in ("EASGD", "EAMSGD", "EAHES", "EAHES-O")))
+    if "DEAHES-O" in methods:
+        d = [loss[P, t, "DEAHES-O"] for P, t in configs]
+        p0, p1, t1 = data["workers"][0], data["workers"][-1], len(data["periods"]) - 1
+        lines.append(f"- More workers or a longer period do not visibly hurt: DEAHES-O's final loss ranges over "
+                     f"{min(d):.4f}–{max(d):.4f} across the {len(configs)} settings (P = {p0} → {p1} at "
+                     f"τ = {data['periods'][0]}: {loss[p0, 0, 'DEAHES-O']:.4f} → {loss[p1, 0, 'DEAHES-O']:.4f}; "
+                     f"τ = {data['periods'][0]} → {data['periods'][t1]} at P = {p0}: "
+                     f"{loss[p0, 0, 'DEAHES-O']:.4f} → {loss[p0, t1, 'DEAHES-O']:.4f}).")
+    scored = [m for m in ("EAHES-O", "DEAHES-O") if m in methods]
+    if scored:
+        lines.append("The detector (ROC AUC of −a for \"this exchange follows a failure\", mean over seeds; "
+                     f"a0 = {KAPPA:g} × the spread of a without failures):")
+        for P in data["workers"]:
+            for t, tau in enumerate(data["periods"]):
+                aucs = ", ".join(f"{np.nanmean(R[(P, m)]['auc'][t]):.3f} on {m}" for m in scored)
+                after = (f" ({int(R[(P, 'DEAHES-O')]['positives'][t].sum())} exchanges after a failure)"
+                         if "DEAHES-O" in scored else "")
+                lines.append(f"  P = {P}, τ = {tau}: a0 = {data[f'a0_P{P}'][t]:.3g}; AUC {aucs}{after}")
     if data["preset"] != "full":
         lines.append(f"This is the {data['preset']} preset ({data['dataset']}, {data['rounds']} rounds): the curves have "
                      "not flattened, and the comparison may change over the full preset.")
@@ -190,7 +199,7 @@ def plot(data: dict, path: str) -> None:
     for r, (P, key) in enumerate(rows):
         for c, tau in enumerate(data["periods"]):
             ax = axes[r, c]
-            for m in METHODS:
+            for m in (m for m in METHODS if (P, m) in data["runs"]):
                 v = data["runs"][(P, m)][key][c]  # [seeds, logs]
                 mean, std = v.mean(0), v.std(0)
                 ax.plot(x, mean, color=colors[m], lw=1.3, label=m)
@@ -217,7 +226,7 @@ def save_data(path: str, data: dict) -> None:
     flat.update({f"meta_{k}": np.asarray(data[k]) for k in _META})
     for P in data["workers"]:
         flat[f"a0_P{P}"], flat[f"a0_seconds_P{P}"] = np.asarray(data[f"a0_P{P}"]), np.asarray(data[f"a0_seconds_P{P}"])
-        for m in METHODS:
+        for m in (m for m in METHODS if (P, m) in data["runs"]):
             for k, v in data["runs"][(P, m)].items():
                 flat[f"run_P{P}_{m}_{k}"] = np.asarray(v)
     np.savez_compressed(path, **flat)
@@ -233,6 +242,8 @@ def load_data(path: str) -> dict:
             for m in METHODS:
                 pre = f"run_P{P}_{m}_"
                 run = {k[len(pre):]: z[k] for k in z.files if k.startswith(pre)}
+                if not run:  # a run of some of the methods only
+                    continue
                 run["seconds"], run["diverged"] = float(run["seconds"]), int(run["diverged"])
                 data["runs"][(P, m)] = run
     return data
@@ -245,7 +256,7 @@ def rows(data: dict) -> list[dict]:
         row = {"round": float(r)}
         for P in data["workers"]:
             for t, tau in enumerate(data["periods"]):
-                for m in METHODS:
+                for m in (m for m in METHODS if (P, m) in data["runs"]):
                     run = data["runs"][(P, m)]
                     row[f"P{P} tau{tau} {m} loss"] = float(run["loss"][t, :, j].mean())
                     row[f"P{P} tau{tau} {m} accuracy"] = float(run["accuracy"][t, :, j].mean())

@@ -11,7 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_import_contracts_hold():
     command = os.path.join(os.path.dirname(sys.executable), "lint-imports")
-    out = subprocess.run([command, "--config", os.path.join(ROOT, "pyproject.toml"), "--no-cache"], cwd=ROOT,
+    out = subprocess.run([command, os.path.join(ROOT, "pyproject.toml"), "--no-cache"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Contracts: 2 kept, 0 broken." in out.stdout  # both contracts were read and checked

@@ -34,46 +34,47 @@ def _replay(alg, problem, res, tmp_path):
     return sched, sim.run(alg, problem, sched, key=real.replay_key(path))
 
 
-def test_quadratic_real_run_replays_exactly(tmp_path):
-    problem = sim.problems.random_quadratic(4, 8, condition=4.0, spread=2.0, noise=0.5, seed=3, dtype=np.float32)
-    alg = algos.asgd(stepsize=0.02)
-    res = real.run(alg, problem, num_events=300, key=jax.random.key(7),
-                   slowdown=real.Slowdown(sleep=(0.0, 0.002, 0.004, 0.008)))
-    assert res.num_events == 300 and res.dead == []
-    # the fast worker delivered more than the slow one: real asynchrony, not round robin
-    counts = np.bincount(res.trace["worker"], minlength=4)
-    assert counts[0] > counts[3]
-    # every job's key is fold_in(fold_in(key, worker), job), the engine's keying for job_key schedules
-    base = jax.random.key(7)
-    for e in (0, 57, 299):
-        k = jax.random.fold_in(jax.random.fold_in(base, int(res.trace["worker"][e])), int(res.trace["job"][e]))
-        assert list(np.asarray(jax.random.key_data(k))) == [res.trace["key0"][e], res.trace["key1"][e]]
-    sched, rep = _replay(alg, problem, res, tmp_path)
-    assert sched.num_events == 300 and np.array_equal(sched.worker, res.trace["worker"])
-    assert np.array_equal(sched.staleness, res.trace["staleness"])
-    err = _rel(rep.params, res.params)
-    print(f"quadratic: replay vs real final model, relative difference {err:.2e} (tolerance 1e-6)")
-    assert err <= 1e-6
-    assert res.snapshot_time.shape[0] == res.snapshot_params.shape[0] == 51  # before the first, then every 6
-    # the same file read as a table of job durations (sim.schedules.read_trace)
-    timing = schedules.read_trace(str(tmp_path / "trace.csv"))
-    assert [len(d) for d in timing.table] == np.bincount(res.trace["worker"], minlength=4).tolist()
-    assert np.allclose(timing.table[3], res.trace["duration"][res.trace["worker"] == 3])
-
-
-def test_logistic_real_run_with_a_stall_and_a_death_replays_exactly(tmp_path):
+@pytest.fixture(scope="module")
+def logistic_run(tmp_path_factory):
+    """One real run, shared by the tests below (each real run starts a process per worker and one
+    for the server, each compiling its functions): logistic regression, 4 workers slowed by 0, 2,
+    4 and 8 ms per job, worker 0 stalling before its job 10 and worker 2 dying at its job 6;
+    staleness-aware ASGD, whose step reads the staleness the server saw."""
     problem = sim.problems.synthetic_logistic(4, 64, 5, heterogeneity=1.0, l2=0.05, batch_size=8, seed=2,
                                               dtype=np.float32)
-    alg = algos.staleness_aware_asgd(stepsize=0.2)  # its step reads the staleness the server saw
-    res = real.run(alg, problem, num_events=200, key=jax.random.key(11),
-                   slowdown=real.Slowdown(sleep=(0.0, 0.001, 0.002, 0.003), stalls=((0, 10, 0.05),), deaths=((2, 6),)))
+    alg = algos.staleness_aware_asgd(stepsize=0.2)
+    res = real.run(alg, problem, num_events=200, key=jax.random.key(11), log_every=4,
+                   slowdown=real.Slowdown(sleep=(0.0, 0.002, 0.004, 0.008), stalls=((0, 10, 0.05),), deaths=((2, 6),)))
+    sched, rep = _replay(alg, problem, res, tmp_path_factory.mktemp("trace"))
+    return res, sched, rep
+
+
+def test_a_real_run_replays_exactly(logistic_run):
+    res, sched, rep = logistic_run
     assert [w for w, _ in res.dead] == [2]  # reported
     assert res.num_events == 200  # the others carried on
     assert sorted(res.trace["job"][res.trace["worker"] == 2]) == list(range(6))  # jobs 0..5 delivered, 6 lost
-    sched, rep = _replay(alg, problem, res, tmp_path)
+    # the fast worker delivered more than the slow one: real asynchrony, not round robin
+    counts = np.bincount(res.trace["worker"], minlength=4)
+    assert counts[1] > counts[3]
+    # every job's key is fold_in(fold_in(key, worker), job), the engine's keying for job_key schedules
+    base = jax.random.key(11)
+    for e in (0, 57, 199):
+        k = jax.random.fold_in(jax.random.fold_in(base, int(res.trace["worker"][e])), int(res.trace["job"][e]))
+        assert list(np.asarray(jax.random.key_data(k))) == [res.trace["key0"][e], res.trace["key1"][e]]
+    assert sched.num_events == 200 and np.array_equal(sched.worker, res.trace["worker"])
+    assert np.array_equal(sched.staleness, res.trace["staleness"])
     err = _rel(rep.params, res.params)
     print(f"logistic: replay vs real final model, relative difference {err:.2e} (tolerance 1e-6)")
     assert err <= 1e-6
+    assert res.snapshot_time.shape[0] == res.snapshot_params.shape[0] == 51  # before the first, then every 4
+
+
+def test_a_real_runs_trace_reads_as_a_table_of_durations(logistic_run, tmp_path):
+    res, _, _ = logistic_run
+    timing = schedules.read_trace(res.write_trace(str(tmp_path / "trace.csv")))
+    assert [len(d) for d in timing.table] == np.bincount(res.trace["worker"], minlength=4).tolist()
+    assert np.allclose(timing.table[3], res.trace["duration"][res.trace["worker"] == 3])
 
 
 def test_run_ends_cleanly_when_every_worker_dies(tmp_path):
@@ -84,6 +85,29 @@ def test_run_ends_cleanly_when_every_worker_dies(tmp_path):
     assert res.num_events == 7  # what it had: jobs 0-2 of worker 0, 0-3 of worker 1
     _, rep = _replay(algos.asgd(stepsize=0.05), problem, res, tmp_path)
     assert _rel(rep.params, res.params) <= 1e-6
+
+
+def test_wallclock_figure_puts_the_replay_on_the_real_curve(tmp_path):
+    """`delaylab figure wallclock --quick`: a real run, its replay and the fitted fixed-computation
+    model, in seconds; the replay ends at the real run's model."""
+    import csv
+
+    from delaylab import cli
+
+    out = tmp_path / "wc"
+    assert cli.main(["figure", "wallclock", "--quick", "--out", str(out)]) == 0
+    with open(out / "wallclock.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {row["source"] for row in rows} == {"real", "replay", "fixed_model"}
+    real_rows = [r for r in rows if r["source"] == "real"]
+    assert float(real_rows[-1]["loss"]) < float(real_rows[0]["loss"])  # the real run trained
+    text = (out / "wallclock.txt").read_text()
+    rel = float(text.split("relative difference ")[1].split(" ")[0])
+    assert rel <= 1e-6  # the replay ends at the real run's model
+    # the trace it wrote is the real run's: read back, a schedule of the quick preset's 300 events, which
+    # the replay logged every 10 events (31 log points with the one at time 0)
+    assert schedules.from_trace(str(out / "wallclock_trace.csv")).num_events == 300
+    assert len([r for r in rows if r["source"] == "replay"]) == 31
 
 
 def test_bad_inputs_are_refused_before_anything_starts():
