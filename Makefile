@@ -18,6 +18,9 @@ demo: $(STAMP)
 # The whole suite on every core (pytest-xdist; at most 4 processes: each holds its own JAX runtime
 # and compiles on one core). A fresh machine needs nothing beyond Python: the tests that need
 # Debian's Fashion-MNIST or the native convolution skip, saying why (.ci/run installs both).
+# The suite once crashed in one process (a segfault in XLA's compiler, about 200 tests in): the
+# process had used up Linux's 65,530 memory mappings, three per compiled object, all held by JAX's
+# caches; tests/conftest.py now drops them after each module, so one process would pass as well.
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 tests
 

@@ -4,7 +4,6 @@ whole run, every scenario, is `make demo`'s job; here each scenario's checks wou
 other sizes what these two test."""
 
 import json
-import os
 
 import numpy as np
 import pytest
