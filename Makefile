@@ -22,7 +22,7 @@ demo: $(STAMP)
 # process had used up Linux's 65,530 memory mappings, three per compiled object, all held by JAX's
 # caches; tests/conftest.py now drops them after each module, so one process would pass as well.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 tests
+	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 --dist worksteal tests
 
 # Opt-in: the CNN's native convolution (sim/native): oneDNN through jax.ffi. Needs a C++ compiler and
 # Debian's libdnnl-dev (.ci/run installs both and builds it); without it the CNN uses im2col.
