@@ -38,6 +38,7 @@ first call − median later call) and appends it to --out.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import time
@@ -125,22 +126,8 @@ ad.defbilinear(cbw_p, lambda ct, x, g, *, kernel_size: cbd_p.bind(g, ct),
                lambda ct, x, g, *, kernel_size: cconv_p.bind(x, ct))
 
 
-def _cbatch(prim, args, dims, **params):  # as sim.native._batch
-    a, b = args
-    da, db = dims
-    if db is None and prim is not cbw_p:
-        a = jnp.moveaxis(a, da, 0)
-        B, N = a.shape[:2]
-        out = prim.bind(a.reshape((B * N,) + a.shape[2:]), b, **params)
-        return out.reshape((B, N) + out.shape[1:]), 0
-    size = a.shape[da] if da is not None else b.shape[db]
-    a, b = (jnp.broadcast_to(v, (size,) + v.shape) if d is None else jnp.moveaxis(v, d, 0)
-            for v, d in ((a, da), (b, db)))
-    return jax.lax.map(lambda ab: prim.bind(*ab, **params), (a, b)), 0
-
-
 for _p in (cconv_p, cbd_p, cbw_p):
-    batching.primitive_batchers[_p] = (lambda p: lambda args, dims, **kw: _cbatch(p, args, dims, **kw))(_p)
+    batching.primitive_batchers[_p] = functools.partial(native._batch, _p, weights_p=cbw_p)  # sim.native's rule
 
 
 def conv_canon(x, k):

@@ -131,10 +131,12 @@ ad.defbilinear(conv_bwd_weights_p,
                lambda ct, x, g, *, kernel_size: conv_p.bind(x, ct))
 
 
-def _batch(prim, args, dims, **params):
+def _batch(prim, args, dims, *, weights_p=None, **params):
+    """vmap of one of the three maps. ``weights_p``: the kernel-gradient primitive of the family
+    (``conv_bwd_weights_p`` by default; benchmarks/conv_routes.py passes its own)."""
     a, b = args
     da, db = dims
-    if db is None and prim is not conv_bwd_weights_p:
+    if db is None and prim is not (weights_p or conv_bwd_weights_p):
         # Shared kernel: the batch joins the images' axis.
         a = jnp.moveaxis(a, da, 0)
         B, N = a.shape[:2]
