@@ -4,7 +4,11 @@ through ``jax.ffi`` (``conv_dnnl.cc``, built by ``make native`` into ``libdelayl
 On this project's 2-core CPU, XLA's own convolution is slow inside the engine's loops and the
 im2col route spends most of the CNN's step building patches and in three large matmuls
 (``benchmarks/RESULTS.md``); oneDNN's direct convolution does the 14×14, 32 → 64 layer's forward,
-input gradient and kernel gradient in about a third of that time.
+input gradient and kernel gradient in about a third of that time. Why C++ rather than an XLA flag
+(measured 2026-12-05, ``python -m benchmarks.conv_routes``): no XLA CPU option in jaxlib 0.10.2
+(YNNPACK convolutions on or off, oneDNN or XNNPACK fusions, which take no convolutions) nor any
+layout brings XLA's convolution within 13x of these kernels per SGD step; the best pure-JAX
+arrangement takes 1.26–5.6x their time. So it stays, opt-in.
 
 Three JAX primitives, each bilinear in its two operands:
 
