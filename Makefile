@@ -20,7 +20,8 @@ demo: $(STAMP)
 # Debian's Fashion-MNIST or the native convolution skip, saying why (.ci/run installs both).
 # The suite once crashed in one process (a segfault in XLA's compiler, about 200 tests in): the
 # process had used up Linux's 65,530 memory mappings, three per compiled object, all held by JAX's
-# caches; tests/conftest.py now drops them after each module, so one process would pass as well.
+# caches (reproduced: see tests/conftest.py, which clears the caches after a module once a process
+# holds more than 30,000), so one process would pass as well.
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 --dist worksteal tests
 

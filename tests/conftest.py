@@ -22,8 +22,8 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 
 @pytest.fixture(autouse=True, scope="module")
 def _release_compiled_programs():
-    """After a test module, drop every compiled program if the process holds many. Why: XLA's CPU backend maps each
-    compiled object into memory (three mappings: code, constants, data) for as long as a cache
+    """After a test module, drop every compiled program if the process holds many. Why: XLA's CPU
+    backend maps each compiled object into memory (three mappings: code, constants, data) for as long as a cache
     holds its program, and the engine's one jitted entry point caches every program it compiles.
     Past Linux's limit of 65,530 mappings per process (vm.max_map_count) LLVM's allocation fails
     ("LLVM compilation error: Cannot allocate memory") and XLA's compiler segfaults: the crash that

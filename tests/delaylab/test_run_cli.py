@@ -15,7 +15,8 @@ from delaylab import config as C
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# ~60 segments of a few hundred ms each on a 2-core machine: long enough to kill part-way.
+# 31 segments of 5,000 events, a fraction of a second each on a 2-core machine: long enough to kill
+# part-way.
 LONG = ["--problem.dim", "100", "--problem.workers", "8", "--schedule.taus", "1,1.5,2,2.5,3,3.5,4,8",
         "--schedule.events", "150000", "--log_every", "1000", "--segment", "5", "--checkpoint_every", "0",
         "--stepsize", "0.002", "--problem.noise", "0.5"]
