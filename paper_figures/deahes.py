@@ -125,9 +125,14 @@ def _final(run: dict, key: str) -> np.ndarray:
     return run[key][:, :, -1]
 
 
+def _present(data: dict, P: int) -> list:
+    """The methods with runs at P: all six, but for a run of some of them only."""
+    return [m for m in METHODS if (P, m) in data["runs"]]
+
+
 def findings(data: dict) -> str:
     R = data["runs"]
-    methods = [m for m in METHODS if all((P, m) in R for P in data["workers"])]  # all six, but for a partial run
+    methods = [m for m in METHODS if all(m in _present(data, P) for P in data["workers"])]
     lines = [f"DEAHES-O Figures 4–5 ({data['preset']} preset): {data['dataset']}, {data['train_size']} training / "
              f"{data['test_size']} test images, {data['rounds']} communication rounds, {data['seeds']} seeds, "
              f"exchanges lost with probability 1/3 ({data.get('semantics', 'suppressed')} semantics: "
@@ -199,7 +204,7 @@ def plot(data: dict, path: str) -> None:
     for r, (P, key) in enumerate(rows):
         for c, tau in enumerate(data["periods"]):
             ax = axes[r, c]
-            for m in (m for m in METHODS if (P, m) in data["runs"]):
+            for m in _present(data, P):
                 v = data["runs"][(P, m)][key][c]  # [seeds, logs]
                 mean, std = v.mean(0), v.std(0)
                 ax.plot(x, mean, color=colors[m], lw=1.3, label=m)
@@ -226,7 +231,7 @@ def save_data(path: str, data: dict) -> None:
     flat.update({f"meta_{k}": np.asarray(data[k]) for k in _META})
     for P in data["workers"]:
         flat[f"a0_P{P}"], flat[f"a0_seconds_P{P}"] = np.asarray(data[f"a0_P{P}"]), np.asarray(data[f"a0_seconds_P{P}"])
-        for m in (m for m in METHODS if (P, m) in data["runs"]):
+        for m in _present(data, P):
             for k, v in data["runs"][(P, m)].items():
                 flat[f"run_P{P}_{m}_{k}"] = np.asarray(v)
     np.savez_compressed(path, **flat)
@@ -256,7 +261,7 @@ def rows(data: dict) -> list[dict]:
         row = {"round": float(r)}
         for P in data["workers"]:
             for t, tau in enumerate(data["periods"]):
-                for m in (m for m in METHODS if (P, m) in data["runs"]):
+                for m in _present(data, P):
                     run = data["runs"][(P, m)]
                     row[f"P{P} tau{tau} {m} loss"] = float(run["loss"][t, :, j].mean())
                     row[f"P{P} tau{tau} {m} accuracy"] = float(run["accuracy"][t, :, j].mean())

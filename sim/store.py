@@ -39,11 +39,14 @@ def git_revision() -> str:
 
 
 def _convolution() -> str:
-    """What a CNN's float32 convolutions use in this process: oneDNN where `make native` built it,
-    else the reason it is not used (im2col then)."""
-    from sim import native
+    """What a CNN's float32 convolutions use in this process (:func:`sim.models.conv_impl_for`'s
+    rule), with the reason where the native one is not used."""
+    import jax.numpy as jnp
 
-    return "native (oneDNN)" if native.available() else f"im2col ({native.status()})"
+    from sim import models, native
+
+    used = models.conv_impl_for("auto", jnp.float32)
+    return {"native": "native (oneDNN)", "im2col": f"im2col ({native.status()})"}.get(used, used)
 
 
 def environment() -> dict:
