@@ -166,9 +166,11 @@ def test_degenerate_equivalences():
     # h1 = h2 = α (a0 → ∞): DEAHES-O is EAHES-O
     np.testing.assert_allclose(_run(ea.deahes_o(a0=1e300, learning_rate=0.1), prob, failing),
                                _run(ea.eahes(learning_rate=0.1), prob, failing), rtol=1e-13)
-    # no failures: EAHES-OM is EAHES-O, bit for bit
-    np.testing.assert_array_equal(_run(ea.eahes_om(learning_rate=0.1), prob, clean),
-                                  _run(ea.eahes(learning_rate=0.1), prob, clean))
+    # no failures: EAHES-OM is EAHES-O, the same arithmetic in two different programs (equal to
+    # rounding: XLA may contract them differently; with the suite's XLA flags they differ in the
+    # last bit of one coordinate)
+    np.testing.assert_allclose(_run(ea.eahes_om(learning_rate=0.1), prob, clean),
+                               _run(ea.eahes(learning_rate=0.1), prob, clean), rtol=1e-14)
     # and with failures the oracle does differ
     assert not np.allclose(_run(ea.eahes_om(learning_rate=0.1), prob, failing),
                            _run(ea.eahes(learning_rate=0.1), prob, failing))

@@ -116,8 +116,18 @@ def test_r1_vanilla_and_rescaled_settle_where_theory_says(tmp_path):
     assert (tmp_path / "fig_a.txt").read_text() == text
 
 
-def test_r2_quick_weights_follow_step_mass(tmp_path):
-    assert cli.main(["figure", "r2", "--quick", "--out", str(tmp_path)]) == 0
+def _run_small(name, preset, tmp_path, monkeypatch):
+    """The figure through the CLI on a preset ``preset`` (named "test"), sized to what the test
+    asserts: the quick presets' runs are longer than the assertions need."""
+    fig = paper_figures.figure(name)
+    monkeypatch.setitem(fig.presets, "test", preset)
+    assert cli.main(["figure", name, "--preset", "test", "--out", str(tmp_path)]) == 0
+
+
+def test_r2_weights_follow_step_mass(tmp_path, monkeypatch):
+    from paper_figures import r2_implicit_weights as r2
+
+    _run_small("r2", r2.Preset("test", events=10_000), tmp_path, monkeypatch)
     rows = np.genfromtxt(tmp_path / "r2_implicit_weights.csv", delimiter=",", names=True, dtype=None, encoding="utf-8")
     err = np.abs(rows["measured"] - rows["exact"])
     assert err.max() < 0.005  # the step-mass prediction, independent of the run's model values
@@ -126,8 +136,10 @@ def test_r2_quick_weights_follow_step_mass(tmp_path):
     assert "within" in (tmp_path / "r2_implicit_weights.txt").read_text()
 
 
-def test_r6_quick_rescaled_floor_exceeds_vanilla(tmp_path):
-    assert cli.main(["figure", "r6", "--quick", "--out", str(tmp_path)]) == 0
+def test_r6_rescaled_floor_exceeds_vanilla(tmp_path, monkeypatch):
+    from paper_figures import r6_homogeneous as r6
+
+    _run_small("r6", r6.Preset("test", workers=24, dim=20, seeds=2, events=10_000), tmp_path, monkeypatch)
     text = (tmp_path / "r6_homogeneous.txt").read_text()
     assert "holds here" in text
     rows = np.genfromtxt(tmp_path / "r6_homogeneous.csv", delimiter=",", names=True)
@@ -141,8 +153,11 @@ def test_r6_quick_rescaled_floor_exceeds_vanilla(tmp_path):
     assert predicted <= r / v <= 1.5 * predicted
 
 
-def test_r3_quick_floors_match_small_step_formula(tmp_path):
-    assert cli.main(["figure", "r3", "--quick", "--out", str(tmp_path)]) == 0
+def test_r3_floors_match_small_step_formula(tmp_path, monkeypatch):
+    from paper_figures import r3_noise_floor as r3
+
+    # the quick preset's run length (shorter ones miss by up to 7%: measured), its steps up to 0.004
+    _run_small("r3", r3.Preset("test", (0.002, 0.004), (1.0,), seeds=2, events=150_000), tmp_path, monkeypatch)
     rows = np.genfromtxt(tmp_path / "r3_noise_floor.csv", delimiter=",", names=True, dtype=None, encoding="utf-8")
     small = rows[rows["stepsize"] <= 0.004]
     assert np.all(np.abs(small["measured"] / small["predicted"] - 1) < 0.05)

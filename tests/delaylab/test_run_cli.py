@@ -9,6 +9,8 @@ import sys
 import time
 
 import numpy as np
+
+from tests.conftest import SUITE_XLA_FLAGS
 import pytest
 
 from delaylab import config as C
@@ -26,7 +28,7 @@ def _env(**extra):
     """The subprocesses' environment. They run up to 150,000 events each, so XLA compiles them at its
     default optimisation level, not at the suite's level 0 (tests/conftest.py), which doubled the
     SIGKILL test's time (measured 55 s against 122 s)."""
-    flags = os.environ.get("XLA_FLAGS", "").replace("--xla_backend_optimization_level=0", "").strip()
+    flags = os.environ.get("XLA_FLAGS", "").replace(SUITE_XLA_FLAGS, "").strip()
     return dict(os.environ, XLA_FLAGS=flags, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra)
 
 
@@ -41,7 +43,7 @@ def _npz(path):
         return {k: f[k] for k in f.files}
 
 
-def test_sigkilled_run_resumes_to_the_same_bits(tmp_path):
+def test_sigkilled_run_resumes_to_the_same_bits(tmp_path, capsys):
     whole, killed = str(tmp_path / "whole"), str(tmp_path / "killed")
     # the uninterrupted run, with --json: the summary on stdout, the progress bar (forced on from
     # the first segment) on stderr only
@@ -72,8 +74,11 @@ def test_sigkilled_run_resumes_to_the_same_bits(tmp_path):
     assert 3 <= at_kill < 31  # 151 log chunks in segments of 5: 31 segments
     assert not os.path.exists(os.path.join(killed, "summary.json"))
 
-    shown = _cli("show", killed)
-    assert shown.returncode == 0 and "interrupted" in shown.stdout and "--resume" in shown.stdout
+    from delaylab import cli  # what runs nothing runs in this process (each subprocess starts JAX anew)
+
+    assert cli.main(["show", killed]) == 0
+    shown = capsys.readouterr().out
+    assert "interrupted" in shown and "--resume" in shown
 
     resumed = _cli("run", "--resume", killed, "--quiet")
     assert resumed.returncode == 0, resumed.stderr
@@ -83,14 +88,13 @@ def test_sigkilled_run_resumes_to_the_same_bits(tmp_path):
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k], equal_nan=True) for k in a)
 
     # a resume against a changed config is refused, saying what differs
-    changed = _cli("run", "--resume", killed, "--stepsize", "0.003")
-    assert changed.returncode == 2
-    assert "stepsize: (0.002,) → (0.003,)" in changed.stderr
-    again = _cli("run", "--out", killed, *LONG)
-    assert again.returncode == 2 and "already holds a run" in again.stderr
+    assert cli.main(["run", "--resume", killed, "--stepsize", "0.003"]) == 2
+    assert "stepsize: (0.002,) → (0.003,)" in capsys.readouterr().err
+    assert cli.main(["run", "--out", killed, *LONG]) == 2
+    assert "already holds a run" in capsys.readouterr().err
 
 
-def test_run_folder_from_toml_holds_config_versions_metrics_and_figure(tmp_path):
+def test_run_folder_from_toml_holds_config_versions_metrics_and_figure(tmp_path, capsys):
     cfg = tmp_path / "sweep.toml"
     cfg.write_text('name = "tiny"\nalgorithm = "rescaled_asgd"\nstepsize = [0.01, 0.02]\nseeds = 3\n\n'
                    '[problem]\nkind = "quadratic"\nworkers = 3\ndim = 4\nnoise = 0.5\n\n'
@@ -114,8 +118,11 @@ def test_run_folder_from_toml_holds_config_versions_metrics_and_figure(tmp_path)
     for row in summary["theory"]["by_stepsize"]:
         assert np.max(np.abs(np.array(row["predicted_weights"]) - 1 / 3)) < 0.01
     os.remove(os.path.join(out, "figure.png"))
-    shown = _cli("show", out)
-    assert shown.returncode == 0 and "complete" in shown.stdout and "rescaled_asgd" in shown.stdout
+    from delaylab import cli
+
+    assert cli.main(["show", out]) == 0
+    shown = capsys.readouterr().out
+    assert "complete" in shown and "rescaled_asgd" in shown
     assert os.path.exists(os.path.join(out, "figure.png"))  # redrawn from the stored metrics
 
 

@@ -7,6 +7,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from tests.conftest import SUITE_XLA_FLAGS
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FOLDER = os.path.join(ROOT, "notebooks")
 NOTEBOOKS = sorted(f for f in os.listdir(FOLDER) if f.endswith(".ipynb"))
@@ -23,7 +25,7 @@ def test_notebook_runs(name, monkeypatch):
     # the kernel runs the notebook as a user would: XLA at its default optimisation level, not the
     # suite's level 0 (tests/conftest.py); the notebooks run more than they compile (measured: 01 in
     # 23 s at the default against 30 s at level 0)
-    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", "").replace("--xla_backend_optimization_level=0", ""))
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", "").replace(SUITE_XLA_FLAGS, ""))
     nb = nbformat.read(os.path.join(FOLDER, name), as_version=4)
     for cell in nb.cells:
         assert not cell.get("outputs"), f"{name} is committed with outputs; clear them"
