@@ -25,6 +25,16 @@ jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Modules marked ``slow`` (they hold tests of 10 s or more) run first, whole modules kept
+    together (their module-scoped fixtures are set up once). Why: pytest-xdist's worksteal hands
+    each worker a contiguous share of this order and steals from the ends of the queues, so a long
+    test left at the end keeps one core busy while the other idles. ``-m "not slow"`` gives a
+    quick run of the rest."""
+    slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.module.__name__ not in slow)  # stable: the order within stays
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _release_compiled_programs():
     """After a test module, drop every compiled program if the process holds many. Why: XLA's CPU

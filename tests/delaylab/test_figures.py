@@ -10,6 +10,8 @@ import paper_figures
 from delaylab import cli
 from paper_figures import _figure
 
+pytestmark = pytest.mark.slow  # holds tests of 10 s or more: run first (tests/conftest.py)
+
 
 def test_every_figure_follows_the_protocol(capsys):
     for name in paper_figures.FIGURES:

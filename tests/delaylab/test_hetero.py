@@ -11,6 +11,8 @@ from paper_figures import _hetero as lab
 from paper_figures import hetero_frontier, hetero_mitigation
 from sim import schedules
 
+pytestmark = pytest.mark.slow  # holds tests of 10 s or more: run first (tests/conftest.py)
+
 
 def test_spread_taus_keep_total_compute_and_are_equal_at_h0():
     np.testing.assert_allclose(lab.spread_taus(0.0), np.ones(8))

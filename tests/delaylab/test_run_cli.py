@@ -15,6 +15,8 @@ import pytest
 
 from delaylab import config as C
 
+pytestmark = pytest.mark.slow  # holds tests of 10 s or more: run first (tests/conftest.py)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # 31 segments of 5,000 events, a fraction of a second each on a 2-core machine: long enough to kill

@@ -11,6 +11,8 @@ import pytest
 from delaylab import cli, scenarios
 from delaylab.registry import ALGORITHMS
 
+pytestmark = pytest.mark.slow  # holds tests of 10 s or more: run first (tests/conftest.py)
+
 SCENARIOS = ("toy-1d", "cycle-map")
 
 

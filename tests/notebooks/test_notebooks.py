@@ -9,6 +9,8 @@ from nbclient import NotebookClient
 
 from tests.conftest import SUITE_XLA_FLAGS
 
+pytestmark = pytest.mark.slow  # holds tests of 10 s or more: run first (tests/conftest.py)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FOLDER = os.path.join(ROOT, "notebooks")
 NOTEBOOKS = sorted(f for f in os.listdir(FOLDER) if f.endswith(".ipynb"))

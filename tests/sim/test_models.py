@@ -1,10 +1,13 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import algos
 import sim
 from sim import data, models, schedules
+
+pytestmark = pytest.mark.slow  # holds tests of 10 s or more: run first (tests/conftest.py)
 
 
 def test_mlp_oracle_and_objective_on_digits():
@@ -70,7 +73,6 @@ def test_cnn_problem_pooling_metrics_and_overlap_zero():
     b = models.cnn_classifier(ds.x_train, ds.y_train, ds.x_test, ds.y_test, split="iid", **kw)
     for k in a.data:
         np.testing.assert_array_equal(a.data[k], b.data[k])
-    import pytest
 
     with pytest.raises(ValueError, match="split must be 'iid' or 'overlap'"):
         models.cnn_classifier(ds.x_train, ds.y_train, ds.x_test, ds.y_test, split="dirichlet", **kw)

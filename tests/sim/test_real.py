@@ -16,6 +16,8 @@ from sim import schedules
 ray = pytest.importorskip("ray")
 from sim import real  # noqa: E402
 
+pytestmark = pytest.mark.slow  # holds tests of 10 s or more: run first (tests/conftest.py)
+
 
 @pytest.fixture(scope="module", autouse=True)
 def local_ray():
