@@ -9,11 +9,10 @@ import sys
 import time
 
 import numpy as np
-
-from tests.conftest import SUITE_XLA_FLAGS
 import pytest
 
 from delaylab import config as C
+from tests.conftest import SUITE_XLA_FLAGS
 
 pytestmark = pytest.mark.slow  # holds tests of 10 s or more: run first (tests/conftest.py)
 
@@ -28,8 +27,8 @@ LONG = ["--problem.dim", "100", "--problem.workers", "8", "--schedule.taus", "1,
 
 def _env(**extra):
     """The subprocesses' environment. They run up to 150,000 events each, so XLA compiles them at its
-    default optimisation level, not at the suite's level 0 (tests/conftest.py), which doubled the
-    SIGKILL test's time (measured 55 s against 122 s)."""
+    default settings, not the suite's (tests/conftest.py): at its level 0 the SIGKILL test took twice
+    as long (measured 55 s against 122 s)."""
     flags = os.environ.get("XLA_FLAGS", "").replace(SUITE_XLA_FLAGS, "").strip()
     return dict(os.environ, XLA_FLAGS=flags, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **extra)
 
