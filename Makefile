@@ -25,8 +25,10 @@ demo: $(STAMP)
 # process had used up Linux's 65,530 memory mappings, three per compiled object, all held by JAX's
 # caches (reproduced: see tests/conftest.py, which clears the caches after a module once a process
 # holds more than 30,000), so one process would pass as well.
+# --dist loadscope hands out whole modules (their module-scoped fixtures and compiled programs stay
+# in one process), the slow ones first (tests/conftest.py): 351 s against worksteal's 381 s, 2 cores.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 --dist worksteal tests
+	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 --dist loadscope tests
 
 # Opt-in: the CNN's native convolution (sim/native): oneDNN through jax.ffi. Needs a C++ compiler and
 # Debian's libdnnl-dev (.ci/run installs both and builds it); without it the CNN uses im2col.

@@ -26,11 +26,10 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Modules marked ``slow`` (they hold tests of 10 s or more) run first, whole modules kept
-    together (their module-scoped fixtures are set up once). Why: pytest-xdist's worksteal hands
-    each worker a contiguous share of this order and steals from the ends of the queues, so a long
-    test left at the end keeps one core busy while the other idles. ``-m "not slow"`` gives a
-    quick run of the rest."""
+    """Modules marked ``slow`` (they hold tests of 10 s or more) come first, each kept whole. Why:
+    `make test` runs pytest-xdist with ``--dist loadscope``, which hands whole modules to the
+    workers in this order; a long module handed out last keeps one core busy while the other
+    idles (longest first is the classic remedy). ``-m "not slow"`` gives a quick run of the rest."""
     slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.module.__name__ not in slow)  # stable: the order within stays
 
