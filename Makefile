@@ -26,7 +26,8 @@ demo: $(STAMP)
 # caches (reproduced: see tests/conftest.py, which clears the caches after a module once a process
 # holds more than 30,000), so one process would pass as well.
 # --dist loadscope hands out whole modules (their module-scoped fixtures and compiled programs stay
-# in one process), the slow ones first (tests/conftest.py): 351 s against worksteal's 381 s, 2 cores.
+# in one process), the slow ones first (tests/conftest.py): 351 s on 2 cores, against 381 s with
+# worksteal (one commit earlier: r4's test since shed about 5 s of CPU).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 --dist loadscope tests
 

@@ -24,6 +24,8 @@ import sim
 from delaylab.registry import METHODS, SETTING_TAUS
 from sim import engine, schedules
 
+pytestmark = pytest.mark.slow  # holds tests of 10 s or more: run first (tests/conftest.py)
+
 
 def _compiles() -> int:
     return engine.compilations()
