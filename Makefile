@@ -26,10 +26,10 @@ demo: $(STAMP)
 # caches (reproduced: see tests/conftest.py, which clears the caches after a module once a process
 # holds more than 30,000), so one process would pass as well.
 # --dist loadscope hands out whole modules (their module-scoped fixtures and compiled programs stay
-# in one process), the slow ones first (tests/conftest.py): 351 s on 2 cores, against 381 s with
-# worksteal (one commit earlier: r4's test since shed about 5 s of CPU).
+# in one process), in the order tests/conftest.py gives them: the slow ones first, longest first
+# (--no-loadscope-reorder: xdist would order them by their number of tests instead).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 --dist loadscope tests
+	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 --dist loadscope --no-loadscope-reorder tests
 
 # Opt-in: the CNN's native convolution (sim/native): oneDNN through jax.ffi. Needs a C++ compiler and
 # Debian's libdnnl-dev (.ci/run installs both and builds it); without it the CNN uses im2col.

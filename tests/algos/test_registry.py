@@ -24,7 +24,7 @@ import sim
 from delaylab.registry import METHODS, SETTING_TAUS
 from sim import engine, schedules
 
-pytestmark = pytest.mark.slow  # holds tests of 10 s or more: run first (tests/conftest.py)
+pytestmark = pytest.mark.slow(seconds=72)  # its tests' time on 2 cores: handed out first (tests/conftest.py)
 
 
 def _compiles() -> int:
