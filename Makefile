@@ -25,11 +25,8 @@ demo: $(STAMP)
 # process had used up Linux's 65,530 memory mappings, three per compiled object, all held by JAX's
 # caches (reproduced: see tests/conftest.py, which clears the caches after a module once a process
 # holds more than 30,000), so one process would pass as well.
-# --dist loadscope hands out whole modules (their module-scoped fixtures and compiled programs stay
-# in one process), in the order tests/conftest.py gives them: the slow ones first, longest first
-# (--no-loadscope-reorder: xdist would order them by their number of tests instead).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 --dist loadscope --no-loadscope-reorder tests
+	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 --dist worksteal tests
 
 # Opt-in: the CNN's native convolution (sim/native): oneDNN through jax.ffi. Needs a C++ compiler and
 # Debian's libdnnl-dev (.ci/run installs both and builds it); without it the CNN uses im2col.

@@ -26,17 +26,13 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Modules marked ``slow(seconds=...)`` come first, the longest first, each kept whole; the
-    rest keep their order. Why: `make test` runs pytest-xdist with ``--dist loadscope
-    --no-loadscope-reorder``, which hands whole modules to the workers in this order, and a long
-    module handed out last keeps one core busy while the other idles (longest first is the classic
-    remedy). The seconds are each module's summed test durations, measured 2026-12-05 on 2 cores
-    (``--durations=0``); they only order the modules. ``-m "not slow"`` runs the rest alone."""
-    def cost(item):
-        mark = item.module.pytestmark if hasattr(item.module, "pytestmark") else None
-        return mark.kwargs.get("seconds", 0) if isinstance(mark, pytest.MarkDecorator) and mark.name == "slow" else 0
-
-    items.sort(key=lambda item: -cost(item))  # stable: the order within a module stays
+    """Modules marked ``slow`` (they hold tests of 10 s or more) run first, whole modules kept
+    together (their module-scoped fixtures are set up once). Why: pytest-xdist's worksteal hands
+    each worker a contiguous share of this order and steals from the ends of the queues, so a long
+    test left at the end keeps one core busy while the other idles. ``-m "not slow"`` gives a
+    quick run of the rest."""
+    slow = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.module.__name__ not in slow)  # stable: the order within stays
 
 
 @pytest.fixture(autouse=True, scope="module")

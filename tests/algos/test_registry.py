@@ -24,8 +24,6 @@ import sim
 from delaylab.registry import METHODS, SETTING_TAUS
 from sim import engine, schedules
 
-pytestmark = pytest.mark.slow(seconds=72)  # its tests' time on 2 cores: handed out first (tests/conftest.py)
-
 
 def _compiles() -> int:
     return engine.compilations()

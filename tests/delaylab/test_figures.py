@@ -10,7 +10,7 @@ import paper_figures
 from delaylab import cli
 from paper_figures import _figure
 
-pytestmark = pytest.mark.slow(seconds=125)  # its tests' time on 2 cores: handed out first (tests/conftest.py)
+pytestmark = pytest.mark.slow  # holds tests of 10 s or more: run first (tests/conftest.py)
 
 
 def test_every_figure_follows_the_protocol(capsys):

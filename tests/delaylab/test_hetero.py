@@ -11,7 +11,7 @@ from paper_figures import _hetero as lab
 from paper_figures import hetero_frontier, hetero_mitigation
 from sim import schedules
 
-pytestmark = pytest.mark.slow(seconds=18)  # its tests' time on 2 cores: handed out first (tests/conftest.py)
+pytestmark = pytest.mark.slow  # holds tests of 10 s or more: run first (tests/conftest.py)
 
 
 def test_spread_taus_keep_total_compute_and_are_equal_at_h0():

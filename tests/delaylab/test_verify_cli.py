@@ -11,7 +11,7 @@ import pytest
 from delaylab import cli, scenarios
 from delaylab.registry import ALGORITHMS
 
-pytestmark = pytest.mark.slow(seconds=14)  # its tests' time on 2 cores: handed out first (tests/conftest.py)
+pytestmark = pytest.mark.slow  # holds tests of 10 s or more: run first (tests/conftest.py)
 
 SCENARIOS = ("toy-1d", "cycle-map")
 

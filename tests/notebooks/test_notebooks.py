@@ -9,7 +9,7 @@ from nbclient import NotebookClient
 
 from tests.conftest import SUITE_XLA_FLAGS
 
-pytestmark = pytest.mark.slow(seconds=46)  # its tests' time on 2 cores: handed out first (tests/conftest.py)
+pytestmark = pytest.mark.slow  # holds tests of 10 s or more: run first (tests/conftest.py)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FOLDER = os.path.join(ROOT, "notebooks")

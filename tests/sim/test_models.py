@@ -7,7 +7,7 @@ import algos
 import sim
 from sim import data, models, schedules
 
-pytestmark = pytest.mark.slow(seconds=29)  # its tests' time on 2 cores: handed out first (tests/conftest.py)
+pytestmark = pytest.mark.slow  # holds tests of 10 s or more: run first (tests/conftest.py)
 
 
 def test_mlp_oracle_and_objective_on_digits():

@@ -16,7 +16,7 @@ from sim import schedules
 ray = pytest.importorskip("ray")
 from sim import real  # noqa: E402
 
-pytestmark = pytest.mark.slow(seconds=70)  # its tests' time on 2 cores: handed out first (tests/conftest.py)
+pytestmark = pytest.mark.slow  # holds tests of 10 s or more: run first (tests/conftest.py)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-pytestmark = pytest.mark.slow(seconds=41)  # its tests' time on 2 cores: handed out first (tests/conftest.py)
+pytestmark = pytest.mark.slow  # holds tests of 10 s or more: run first (tests/conftest.py)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
