@@ -120,7 +120,7 @@ def test_r1_vanilla_and_rescaled_settle_where_theory_says(tmp_path):
 
 def _run_small(name, preset, tmp_path, monkeypatch):
     """The figure through the CLI on a preset ``preset`` (named "test"), sized to what the test
-    asserts: the quick presets' runs are longer than the assertions need."""
+    asserts: fewer step sizes, seeds or events than the quick preset where the assertion allows."""
     fig = paper_figures.figure(name)
     monkeypatch.setitem(fig.presets, "test", preset)
     assert cli.main(["figure", name, "--preset", "test", "--out", str(tmp_path)]) == 0
