@@ -49,11 +49,12 @@ def _release_compiled_programs():
     `jax.clear_caches()` gives the mappings back. Cleared only past 30,000, about half the limit."""
     yield
     # Only when the process holds many: programs shared across modules (same shapes) stay compiled.
-    if _mappings() > 30_000:
+    if memory_mappings() > 30_000:
         jax.clear_caches()
 
 
-def _mappings() -> int:
+def memory_mappings() -> int:
+    """The memory mappings this process holds (0 where there is no /proc/self/maps)."""
     try:
         with open("/proc/self/maps") as fh:
             return sum(1 for _ in fh)

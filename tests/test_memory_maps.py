@@ -10,12 +10,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from tests.conftest import memory_mappings as _mappings
+
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs Linux's /proc/self/maps")
-
-
-def _mappings() -> int:
-    with open("/proc/self/maps") as fh:
-        return sum(1 for _ in fh)
 
 
 @functools.partial(jax.jit, static_argnums=1)

@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from delaylab import cli
 from delaylab import config as C
 from tests.conftest import SUITE_XLA_FLAGS
 
@@ -75,8 +76,7 @@ def test_sigkilled_run_resumes_to_the_same_bits(tmp_path, capsys):
     assert 3 <= at_kill < 31  # 151 log chunks in segments of 5: 31 segments
     assert not os.path.exists(os.path.join(killed, "summary.json"))
 
-    from delaylab import cli  # what runs nothing runs in this process (each subprocess starts JAX anew)
-
+    # what runs nothing runs in this process (each subprocess starts JAX anew)
     assert cli.main(["show", killed]) == 0
     shown = capsys.readouterr().out
     assert "interrupted" in shown and "--resume" in shown
@@ -119,8 +119,6 @@ def test_run_folder_from_toml_holds_config_versions_metrics_and_figure(tmp_path,
     for row in summary["theory"]["by_stepsize"]:
         assert np.max(np.abs(np.array(row["predicted_weights"]) - 1 / 3)) < 0.01
     os.remove(os.path.join(out, "figure.png"))
-    from delaylab import cli
-
     assert cli.main(["show", out]) == 0
     shown = capsys.readouterr().out
     assert "complete" in shown and "rescaled_asgd" in shown
@@ -135,8 +133,6 @@ def test_run_folder_from_toml_holds_config_versions_metrics_and_figure(tmp_path,
     (["--problem.kind", "cnn"], "problem.kind: 'cnn' is not one of"),
 ])
 def test_bad_settings_are_refused_before_running(args, message, capsys):
-    from delaylab import cli
-
     assert cli.main(["run", "--out", "/nonexistent/never", *args]) == 2
     err = capsys.readouterr().err
     assert message in err, err
