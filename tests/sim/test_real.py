@@ -36,10 +36,9 @@ def _replay(alg, problem, res, tmp_path):
     return sched, sim.run(alg, problem, sched, key=real.replay_key(path))
 
 
-@pytest.fixture(scope="module")
-def logistic_run(tmp_path_factory):
-    """One real run, shared by the tests below (each real run starts a process per worker and one
-    for the server, each compiling its functions): logistic regression, 4 workers slowed by 0, 2,
+def _logistic_run(tmp_path):
+    """A real run (it starts a process per worker and one for the server, each compiling its
+    functions, so one test reads everything off it): logistic regression, 4 workers slowed by 0, 2,
     4 and 8 ms per job, worker 0 stalling before its job 10 and worker 2 dying at its job 6;
     staleness-aware ASGD, whose step reads the staleness the server saw."""
     problem = sim.problems.synthetic_logistic(4, 64, 5, heterogeneity=1.0, l2=0.05, batch_size=8, seed=2,
@@ -47,12 +46,15 @@ def logistic_run(tmp_path_factory):
     alg = algos.staleness_aware_asgd(stepsize=0.2)
     res = real.run(alg, problem, num_events=200, key=jax.random.key(11), log_every=4,
                    slowdown=real.Slowdown(sleep=(0.0, 0.002, 0.004, 0.008), stalls=((0, 10, 0.05),), deaths=((2, 6),)))
-    sched, rep = _replay(alg, problem, res, tmp_path_factory.mktemp("trace"))
+    sched, rep = _replay(alg, problem, res, tmp_path)
     return res, sched, rep
 
 
-def test_a_real_run_replays_exactly(logistic_run):
-    res, sched, rep = logistic_run
+def test_a_real_run_replays_exactly_and_its_trace_reads_as_durations(tmp_path):
+    """One test for the run, not a module-scoped fixture shared by several: pytest-xdist would run
+    such a fixture once per worker that the tests are spread over (measured: the 8-device child of
+    tests/sim/test_sharded.py ran twice)."""
+    res, sched, rep = _logistic_run(tmp_path)
     assert [w for w, _ in res.dead] == [2]  # reported
     assert res.num_events == 200  # the others carried on
     assert sorted(res.trace["job"][res.trace["worker"] == 2]) == list(range(6))  # jobs 0..5 delivered, 6 lost
@@ -70,10 +72,7 @@ def test_a_real_run_replays_exactly(logistic_run):
     print(f"logistic: replay vs real final model, relative difference {err:.2e} (tolerance 1e-6)")
     assert err <= 1e-6
     assert res.snapshot_time.shape[0] == res.snapshot_params.shape[0] == 51  # before the first, then every 4
-
-
-def test_a_real_runs_trace_reads_as_a_table_of_durations(logistic_run, tmp_path):
-    res, _, _ = logistic_run
+    # the trace reads back as a table of job durations, per worker
     timing = schedules.read_trace(res.write_trace(str(tmp_path / "trace.csv")))
     assert [len(d) for d in timing.table] == np.bincount(res.trace["worker"], minlength=4).tolist()
     assert np.allclose(timing.table[3], res.trace["duration"][res.trace["worker"] == 3])

@@ -96,8 +96,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(scope="module")
-def result():
+def _child() -> dict:
     env = dict(os.environ, XLA_FLAGS=os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu",
                PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -106,26 +105,22 @@ def result():
     return json.loads(line[len("RESULT "):])
 
 
-def test_eight_emulated_devices(result):
+def test_sweeps_over_eight_emulated_devices():
+    """One test, not one per property: the child process (35 s of compiling) would otherwise run
+    once per pytest-xdist worker that the module's tests are spread over (measured: twice)."""
+    result = _child()
     assert result["devices"] == 8
-
-
-def test_sweep_on_eight_devices_is_bit_identical_to_one_device(result):
-    # 15 runs (3 step sizes x 5 seeds) over 8 devices: padded to 16, the copy dropped
+    # 15 runs (3 step sizes x 5 seeds) over 8 devices: padded to 16, the copy dropped; bit-identical
+    # to one device
     assert result["mlp_shape"] == [3, 5, 101]  # 300 events, a log point every 3
-    assert result["mlp_default_bits"]
-    assert result["mlp_pinned_bits"]
-    assert result["mlp_width_matters"]
+    assert result["mlp_default_bits"], "default batch width: 8 devices differ from 1"
+    assert result["mlp_pinned_bits"], "run_batch=4: 8 devices differ from 1"
+    assert result["mlp_width_matters"], "run_batch 2 and 4 gave the same bits: the width test cannot tell"
     assert result["mlp_runs_distinct"] == 1  # only the last run equals itself
-    assert result["mlp_single_run"]
-    assert result["mlp_map_bits"]
-
-
-def test_other_batch_widths_agree_to_rounding(result):
+    assert result["mlp_single_run"], "a run alone differs from the same run inside the sweep"
+    assert result["mlp_map_bits"], "runs='map': 8 devices differ from 1"
+    # other batch widths agree to rounding
     print(f"quadratic, float64, run_batch 2 (8 devices) against 15 (1 device): max relative difference "
           f"{result['quad_default_rel']:.2e} (tolerance 1e-12)")
     assert result["quad_default_rel"] < 1e-12
-
-
-def test_sweep_resumed_on_another_device_count_has_the_same_bits(result):
-    assert result["resume_across_device_counts"]
+    assert result["resume_across_device_counts"], "a sweep resumed on 1 device differs from the uninterrupted one on 8"
