@@ -3,8 +3,8 @@ DEAHES-O family (Xu & Carr 2024, arXiv 2409.09242): specs/easgd_deahes.md §2–
 
 Three independent parts, composed by :func:`elastic_averaging`:
 
-* the **local optimiser** (:class:`Local`): a recipe of :mod:`algos.local_steps` (SGD, Nesterov
-  SGD, AdaHessian, or any optax transformation) with the default values of the hyperparameters
+* the **local optimiser** (:class:`Local`): a recipe of :mod:`algos.local_steps` (SGD,
+  EAMSGD's Nesterov step, AdaHessian, or any optax transformation) with the default values of the hyperparameters
   it reads; the worker's job is that module's :class:`~algos.local_steps.LocalSteps` loop;
 * the **data split** (disjoint, or with a shared overlap ratio r): a property of the problem
   (:func:`sim.models.cnn_classifier` ``split=``), not of the algorithm;
@@ -18,15 +18,21 @@ Event model. A job of worker i is τ local steps from its own state (parameters,
 at the job's arrival the worker attempts an exchange with the master x̃ (h1 pulls the worker to
 the master, h2 the master to the worker):
 
-    d = xⁱ − x̃;  xⁱ ← xⁱ − h1 d;  x̃ ← x̃ + h2 d.
+    x = xⁱ;  d = x − x̃;  xⁱ ← x − h1 d;  x̃ ← x̃ + h2 d.
 
 With h1 = h2 = α this is EASGD's exchange (xⁱ + x̃ is conserved, ‖xⁱ − x̃‖ shrinks by 1 − 2α).
-(The spec's worker loop exchanges at the start of each period, before its τ steps; here the
-exchange closes the period. The two orders differ only by the first exchange, which at
-xⁱ = x̃ = x₀ is a no-op.) The worker's whole state travels as the point the engine hands it
-(:class:`WorkerState`), so a job stays a pure function of what the worker was handed; the
-server state holds the master alone (plus the optional detector trace). The evaluated model is
-the master.
+The exchange that closes one period is the one that opens the next in the paper's Algorithm 1
+(worker i exchanges when τ divides its clock tⁱ, at the moment its previous τ steps end), and
+the order within a step is the paper's: the first gradient of the next period is taken at x, the
+point *before* the exchange, and applied to xⁱ after it (xⁱ ← xⁱ − η g(x); the synchronous
+eq. 5–6 likewise). The worker keeps x in its state (``WorkerState.grad_point``) for that step;
+later steps of the period take the gradient at the iterate. The first exchange of Algorithm 1,
+at tⁱ = 0 with xⁱ = x̃ = x₀, is a no-op and is not simulated. EAMSGD's look-ahead gradient is
+taken at x + δv from the same x (:class:`ElasticNesterov`); AdaHessian's gradient and Hessian
+probe at x, its update applied to xⁱ. The worker's whole state travels as the point the engine
+hands it (:class:`WorkerState`), so a job stays a pure function of what the worker was handed;
+the server state holds the master alone (plus the optional detector trace). The evaluated model
+is the master.
 
 Failures come from the schedule (``sim.schedules.with_failures``): an undelivered arrival is a
 failed exchange, and the oracle rule reads the same flag. Two semantics [CHOICE, §4]:
@@ -93,19 +99,46 @@ def sgd(learning_rate: float) -> Local:
     return Local(SGD(learning_rate="learning_rate"), {"learning_rate": learning_rate})
 
 
+@dataclasses.dataclass(frozen=True)
+class ElasticNesterov:
+    """EAMSGD's local step, Algorithm 2 of Zhang, Choromanska and LeCun (2015): with the velocity
+    v (the optimiser state, kept across periods) and x the gradient point,
+
+        g = ∇ℓ(x + δ v; ξ);  v ← δ v − η g;  xⁱ ← xⁱ + v.
+
+    Written out rather than built from optax's ``sgd(nesterov=True)``: optax keeps the look-ahead
+    point x + δv as its iterate (Sutskever et al.'s reformulation), and the elastic move acts on
+    xⁱ; the two agree without exchanges but not across one."""
+
+    learning_rate: str = "learning_rate"
+    momentum: str = "momentum"
+
+    def init(self, hparams, start):
+        del hparams
+        return jax.tree.map(jnp.zeros_like, start)
+
+    def step(self, hparams, x, v, oracle, key, k, start, at=None):
+        del k, start
+        base = x if at is None else at
+        delta = jnp.asarray(hparams[self.momentum])
+        eta = jnp.asarray(hparams[self.learning_rate])
+        _, g = oracle(jax.tree.map(lambda b, vi: b + delta.astype(vi.dtype) * vi, base, v), key)
+        v = jax.tree.map(lambda vi, gi: delta.astype(vi.dtype) * vi - eta.astype(vi.dtype) * gi, v, g)
+        return jax.tree.map(jnp.add, x, v), v, None
+
+
 def nesterov(learning_rate: float, momentum: float) -> Local:
-    """EAMSGD's local optimiser: Nesterov momentum δ in optax's form (the iterate is the look-ahead
-    point of the spec's g = ∇ℓ(x + δv) formulation; Sutskever et al. 2013) [CHOICE]."""
-    return Local(SGD(learning_rate="learning_rate", momentum="momentum", nesterov=True),
-                 {"learning_rate": learning_rate, "momentum": momentum})
+    """EAMSGD's local optimiser: Nesterov momentum δ as in the paper's Algorithm 2
+    (:class:`ElasticNesterov`)."""
+    return Local(ElasticNesterov(), {"learning_rate": learning_rate, "momentum": momentum})
 
 
 def adahessian(learning_rate: float = 0.01, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-4,
-               hessian_power: float = 1.0, weight_decay: float = 5e-4, num_probes: int = 1,
+               hessian_power: float = 1.0, weight_decay: float = 0.0, num_probes: int = 1,
                layout: Optional[str] = "HWIO") -> Local:
     """AdaHessian as the local optimiser (the paper: η = 0.01, β = (0.9, 0.999), one probe,
-    spatial averaging; the reference code's ε, k and weight decay). η is a hyperparameter
-    (``learning_rate``); the other constants are the recipe's."""
+    spatial averaging; the authors' optimiser's ε, k and weight decay, 0: the paper states none).
+    η is a hyperparameter (``learning_rate``); the other constants are the recipe's."""
     return Local(ah.AdaHessianRecipe("learning_rate", b1, b2, eps, hessian_power, weight_decay, num_probes, layout),
                  {"learning_rate": learning_rate})
 
@@ -203,6 +236,7 @@ class WorkerState(NamedTuple):
 
     params: Params
     opt_state: Any
+    grad_point: Params  # where the next job's first gradient is taken: the point before the last exchange
     master_copy: Params  # θ̃ᵐ: the master the worker last received
     u: jax.Array  # [p] the last p log-distances, newest last
     seen: jax.Array  # int32 [], how many u values were recorded (capped use: min(seen, p))
@@ -218,7 +252,7 @@ class _WorkerStart:
     history: int
 
     def __call__(self, hparams, params) -> WorkerState:
-        return WorkerState(params, self.recipe.init(hparams, params), params,
+        return WorkerState(params, self.recipe.init(hparams, params), params, params,
                            jnp.zeros((self.history,), _float_dtype(params)), jnp.zeros((), jnp.int32),
                            jnp.zeros((), bool))
 
@@ -259,8 +293,10 @@ def _worker_steps(recipe) -> LocalSteps:
 
 
 def _local_job(recipe, hparams: HParams, point: WorkerState, oracle, key) -> WorkerState:
-    job = _worker_steps(recipe).run(hparams, point.params, oracle, key, point.opt_state)
-    return point._replace(params=job.end, opt_state=job.state)
+    """τ local steps from the worker's parameters, the first gradient at ``point.grad_point`` (the
+    point before the exchange that closed the previous period: Algorithm 1's x)."""
+    job = _worker_steps(recipe).run(hparams, point.params, oracle, key, point.opt_state, first_at=point.grad_point)
+    return point._replace(params=job.end, opt_state=job.state, grad_point=job.end)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -319,7 +355,11 @@ class _Apply:
         d = jax.tree.map(lambda xi, m: xi - m, x, master)
         new_x = jax.tree.map(lambda xi, di: jnp.where(ok, xi - h1.astype(xi.dtype) * di, xi), x, d)
         new_master = jax.tree.map(lambda m, di: jnp.where(ok, m + h2.astype(m.dtype) * di, m), master, d)
-        nxt = WorkerState(new_x, ws.opt_state, estimate, u, seen, ~ok)  # the master read, if the exchange happened
+        # the next job's first gradient at x, the point before this exchange (Algorithm 1; a
+        # crashed worker keeps its whole start state, so it repeats the lost job); the worker's
+        # estimate of the master: the master it read, if the exchange happened
+        grad_point = _where(attempt, x, ws.grad_point)
+        nxt = WorkerState(new_x, ws.opt_state, grad_point, estimate, u, seen, ~ok)
         state = EAState(new_master, s.attempts + attempt.astype(jnp.int32), *s[2:])
         trace = self.trace
         if trace:
@@ -514,7 +554,7 @@ def _sync_apply_round(hparams, master, messages: WorkerState, events: Event, mas
     pairs = jax.tree.map(leaf, messages.params, master)
     new_x = jax.tree.map(lambda t: t[0], pairs, is_leaf=lambda t: isinstance(t, tuple))
     new_master = jax.tree.map(lambda t: t[1], pairs, is_leaf=lambda t: isinstance(t, tuple))
-    nxt = messages._replace(params=new_x)
+    nxt = messages._replace(params=new_x, grad_point=messages.params)  # eq. 5: the gradient at the pre-exchange point
     return new_master, nxt, {"exchanged": ok.astype(jnp.float32)}
 
 

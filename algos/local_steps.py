@@ -33,7 +33,9 @@ from algos.base import HParams, Oracle, Params
 class StepRule(Protocol):
     """One local step: ``step(hparams, x, state, oracle, key, k, start) -> (x, state, aux)``,
     with ``init(hparams, start) -> state`` and ``aux`` a pytree of scalars summed over the steps
-    (``None`` for none). ``key`` is step k's key, ``start`` the job's starting point."""
+    (``None`` for none). ``key`` is step k's key, ``start`` the job's starting point. A rule that
+    supports a gradient point other than the iterate (elastic averaging's first step of a period,
+    :meth:`LocalSteps.run` ``first_at``) takes it as the keyword ``at``."""
 
     def init(self, hparams: HParams, start: Params) -> Any: ...
 
@@ -60,9 +62,10 @@ class OptaxRecipe:
         _, g = oracle(x, key)
         return g, {}
 
-    def step(self, hparams, x, state, oracle, key, k, start):
+    def step(self, hparams, x, state, oracle, key, k, start, at=None):
+        """One update of the iterate ``x`` by the gradient taken at ``at`` (default: ``x``)."""
         del k
-        g, extra = self.gradient(x, oracle, key)
+        g, extra = self.gradient(x if at is None else at, oracle, key)
         updates, state = self.transform(hparams, start).update(g, state, x, **extra)
         return optax.apply_updates(x, updates), state, None
 
@@ -152,17 +155,26 @@ class LocalSteps:
         if self.output not in ("delta", "end"):
             raise ValueError(f"LocalSteps: output must be 'delta' or 'end'; got {self.output!r}")
 
-    def run(self, hparams: HParams, start: Params, oracle: Oracle, key: jax.Array, state: Any = None) -> Job:
-        """The loop itself, from ``start`` and optimiser ``state`` (None: the recipe's fresh one)."""
+    def run(self, hparams: HParams, start: Params, oracle: Oracle, key: jax.Array, state: Any = None,
+            first_at: Optional[Params] = None) -> Job:
+        """The loop itself, from ``start`` and optimiser ``state`` (None: the recipe's fresh one).
+
+        ``first_at``: where step 0 takes its gradient (default: ``start``, the iterate). Elastic
+        averaging passes the worker's point before its last exchange: in EASGD's Algorithm 1 the
+        first gradient of a period is taken there and applied to the point after the exchange
+        (Zhang, Choromanska, LeCun 2015). Later steps take it at the iterate."""
         opt = self.optimizer
         if state is None:
             state = opt.init(hparams, start)
-        aux0 = jax.eval_shape(lambda: opt.step(hparams, start, state, oracle, key, jnp.zeros((), jnp.int32), start)[2])
+        at_kw = {} if first_at is None else {"at": first_at}
+        aux0 = jax.eval_shape(lambda: opt.step(hparams, start, state, oracle, key, jnp.zeros((), jnp.int32), start,
+                                               **at_kw)[2])
         zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), aux0)
 
         def body(k, carry):
             x, s, total = carry
-            x, s, aux = opt.step(hparams, x, s, oracle, jax.random.fold_in(key, k), k, start)
+            kw = {} if first_at is None else {"at": jax.tree.map(lambda a, b: jnp.where(k == 0, a, b), first_at, x)}
+            x, s, aux = opt.step(hparams, x, s, oracle, jax.random.fold_in(key, k), k, start, **kw)
             return x, s, jax.tree.map(jnp.add, total, aux)
 
         end, state, aux = jax.lax.fori_loop(0, num_steps(hparams, self.steps, oracle.worker), body,

@@ -1,5 +1,7 @@
 """AdaHessian and the Hutchinson estimator against closed forms and a plain NumPy step."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -114,6 +116,47 @@ def test_matches_a_plain_numpy_adahessian_on_a_small_dense_model():
         for n in ref:
             np.testing.assert_allclose(p[n], ref[n], rtol=1e-10, atol=1e-12)
     assert int(state.count) == 10
+
+
+@pytest.mark.parametrize("dtype,rtol", [(np.float64, 1e-12), (np.float32, 1e-6)])
+def test_update_matches_the_authors_rule_over_ten_steps(dtype, rtol):
+    """The transformation against the update rule of the authors' optimiser (Yao et al.'s
+    published PyTorch code), written here in NumPy in its order of operations: bias corrections
+    1 − βᵗ from Python floats, applied to arrays of the parameters' precision; denominator
+    (√v)ᵏ / (√(1 − β₂ᵗ))ᵏ + ε; p ← p − η (m / (1 − β₁ᵗ) / denom + λ p). Default betas, explicit
+    η, ε, k and λ (their training script's 5e-4/η); (g, D) drawn here, not by our estimator."""
+    lr, eps, k, wd = 0.01, 1e-4, 1.0, 5e-4 / 0.01
+    b1, b2 = 0.9, 0.999
+    rng = np.random.default_rng(11)
+    p0 = {"w": rng.normal(size=(5, 3)).astype(dtype), "b": rng.normal(size=3).astype(dtype)}
+    opt = ah.adahessian(lr, eps=eps, hessian_power=k, weight_decay=wd)
+    p, state = {n: jnp.asarray(v) for n, v in p0.items()}, None
+    state = opt.init(p)
+    ref = {n: v.copy() for n, v in p0.items()}
+    m = {n: np.zeros_like(v) for n, v in ref.items()}
+    v2 = {n: np.zeros_like(v) for n, v in ref.items()}
+    for t in range(1, 11):
+        g = {n: rng.normal(size=v.shape).astype(dtype) for n, v in ref.items()}
+        D = {n: np.abs(rng.normal(size=v.shape)).astype(dtype) * 3 for n, v in ref.items()}
+        upd, state = opt.update({n: jnp.asarray(x) for n, x in g.items()}, state, p,
+                                hessian={n: jnp.asarray(x) for n, x in D.items()})
+        p = optax.apply_updates(p, upd)
+        bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t  # Python floats
+        for n in ref:
+            m[n] = m[n] * b1 + g[n] * (1 - b1)
+            v2[n] = v2[n] * b2 + D[n] * D[n] * (1 - b2)
+            denom = np.sqrt(v2[n]) ** k / math.sqrt(bc2) ** k + eps
+            ref[n] = ref[n] - lr * (m[n] / bc1 / denom + wd * ref[n])
+            assert ref[n].dtype == dtype and p[n].dtype == dtype
+    for n in ref:
+        err = np.max(np.abs(np.asarray(p[n], np.float64) - ref[n]) / np.abs(ref[n]))
+        print(f"{np.dtype(dtype).name} {n}: largest relative difference after 10 steps {err:.1e} (tolerance {rtol:.0e})")
+        assert err <= rtol
+    # the bias corrections themselves, to the double-precision value (to its own cancellation error)
+    for beta in (b1, b2):
+        for t in (1, 9, 1000):
+            c = float(ah.bias_correction(beta, jnp.asarray(t, jnp.int32)))
+            assert abs(c - (1 - beta ** t)) <= 1e-13 * (1 - beta ** t)  # 1 − βᵗ in double loses digits itself
 
 
 def test_bad_inputs_are_refused():

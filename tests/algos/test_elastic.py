@@ -2,11 +2,14 @@
 the degenerate equivalences of issue 4, and the failure semantics."""
 
 import copy
+from fractions import Fraction
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import sim
 from algos import elastic as ea
@@ -30,32 +33,37 @@ def _schedule(q=0.3, events=60, seed=5):
 
 
 def _reference(A, b, sched, *, local, lr, alpha, period, rule, failure, a0=1.0, p=3, momentum=0.5,
-               ah=(0.9, 0.999, 1e-4, 1.0, 5e-4)):
-    """The elastic-averaging event loop, spelled out: returns (master, [(a, follows, delivered)])."""
+               ah=(0.9, 0.999, 1e-4, 1.0, 0.0)):
+    """The elastic-averaging event loop, spelled out per job: returns (master, [(a, follows,
+    delivered)]). A job's first gradient is taken at the point before the worker's last exchange
+    (``gp``), as in Algorithm 1; EAMSGD's at gp + δv."""
     b1, b2, eps, k, wd = ah
-    W = [dict(x=np.zeros(D), m=np.zeros(D), v=np.zeros(D), t=0, tr=np.zeros(D), copy=np.zeros(D),
-              u=np.zeros(p), seen=0, failed=False) for _ in range(N)]
+    W = [dict(x=np.zeros(D), gp=np.zeros(D), m=np.zeros(D), v=np.zeros(D), t=0, vel=np.zeros(D),
+              copy=np.zeros(D), u=np.zeros(p), seen=0, failed=False) for _ in range(N)]
     master = np.zeros(D)
     trace = []
     c = np.arange(1, p) / np.arange(1, p).sum()
     for i, ok in zip(sched.worker, sched.delivered):
         w = W[i]
         start = copy.deepcopy(w)
-        for _ in range(period):
-            g = A[i] * (w["x"] - b[i])
+        for step in range(period):
+            at = w["gp"] if step == 0 else w["x"]
             if local == "sgd":
-                w["x"] = w["x"] - lr * g
-            elif local == "nesterov":  # optax's form
-                w["tr"] = g + momentum * w["tr"]
-                w["x"] = w["x"] - lr * (g + momentum * w["tr"])
-            else:  # AdaHessian with D = diag(A_i)
+                w["x"] = w["x"] - lr * A[i] * (at - b[i])
+            elif local == "nesterov":  # Algorithm 2: g at x + δv, v ← δv − ηg, xⁱ ← xⁱ + v
+                g = A[i] * (at + momentum * w["vel"] - b[i])
+                w["vel"] = momentum * w["vel"] - lr * g
+                w["x"] = w["x"] + w["vel"]
+            else:  # AdaHessian with D = diag(A_i), the authors' order of operations
+                g = A[i] * (at - b[i])
                 w["t"] += 1
                 w["m"] = b1 * w["m"] + (1 - b1) * g
                 w["v"] = b2 * w["v"] + (1 - b2) * A[i] ** 2
-                den = (np.sqrt(w["v"]) / np.sqrt(1 - b2 ** w["t"])) ** k + eps
+                den = np.sqrt(w["v"]) ** k / np.sqrt(1 - b2 ** w["t"]) ** k + eps
                 w["x"] = w["x"] - lr * (w["m"] / (1 - b1 ** w["t"]) / den + wd * w["x"])
+        w["gp"] = w["x"]
         if failure == "stale" and not ok:  # crashed: no progress, no attempt
-            start["failed"] = True
+            start["failed"] = True  # its whole state as at the job's start: it repeats the lost job
             W[i] = start
             continue
         est = master if ok else w["copy"]
@@ -77,6 +85,69 @@ def _reference(A, b, sched, *, local, lr, alpha, period, rule, failure, a0=1.0, 
         trace.append((a, start["failed"], bool(ok)))
         w["failed"] = not ok
     return master, trace
+
+
+def _algorithm_1(A, b, speeds, *, period, lr, alpha, lost, num_events, momentum=None):
+    """Asynchronous EASGD as the paper's Algorithm 1 (Zhang, Choromanska, LeCun 2015), or EAMSGD
+    as its Algorithm 2 when ``momentum`` is given, on the quadratics fᵢ(x) = ½ Σ Aᵢ (x − bᵢ)²:
+    worker i's clock tⁱ ticks every ``speeds[i] / period`` time units (a period of τ steps takes
+    speeds[i]); at tⁱ = kτ it exchanges unless (i, k) is in ``lost``. Steps of different workers
+    are ordered by time, ties to the lower worker index. Returns the master after
+    ``num_events`` exchange attempts at k ≥ 1 (the one at tⁱ = 0, xⁱ = x̃ = x₀, is a no-op)."""
+    n, d = A.shape
+    xs = [np.zeros(d) for _ in range(n)]
+    vs = [np.zeros(d) for _ in range(n)]
+    master = np.zeros(d)
+    clock = [0] * n
+    horizon = num_events + 1
+    steps = sorted((Fraction(speeds[i]) * t / period, i) for i in range(n) for t in range((horizon + 1) * period))  # exact times
+    attempts = 0
+    for _, i in steps:
+        t = clock[i]
+        x = xs[i].copy()  # x ← xⁱ
+        if t % period == 0 and t > 0:
+            attempts += 1
+            if attempts > num_events:
+                break
+            if (i, t // period) not in lost:
+                e = alpha * (x - master)  # a) xⁱ ← xⁱ − α(x − x̃);  b) x̃ ← x̃ + α(x − x̃)
+                xs[i] = xs[i] - e
+                master = master + e
+        if momentum is None:
+            xs[i] = xs[i] - lr * A[i] * (x - b[i])  # xⁱ ← xⁱ − η g(x): the gradient at x, before the exchange
+        else:
+            vs[i] = momentum * vs[i] - lr * A[i] * (x + momentum * vs[i] - b[i])
+            xs[i] = xs[i] + vs[i]
+        clock[i] = t + 1
+    return master
+
+
+@settings(max_examples=8, deadline=None)
+@given(n=st.sampled_from([3, 5]), period=st.integers(1, 3), alpha=st.floats(0.05, 0.45),
+       lr=st.floats(0.01, 0.2), q=st.sampled_from([0.0, 0.3]), seed=st.integers(0, 2**31 - 1),
+       momentum=st.sampled_from([None, 0.5, 0.9]))
+def test_easgd_and_eamsgd_match_the_papers_algorithm_box(n, period, alpha, lr, q, seed, momentum):
+    """EASGD (Algorithm 1) and EAMSGD (Algorithm 2) through sim.run against the algorithm boxes
+    on drawn cases: worker speeds from a small set (so that exchanges tie), lost exchanges drawn
+    per (worker, exchange) and given to the engine as failure intervals around their times."""
+    rng = np.random.default_rng(seed)
+    A = rng.uniform(0.5, 3.0, (n, D))
+    b = rng.normal(size=(n, D)) * 2
+    speeds = rng.choice([1.0, 1.5, 2.0, 3.0], size=n)
+    events = 40
+    sched = schedules.fixed_computation(speeds, num_events=events)
+    lost = {(int(i), k) for i in range(n) for k in range(1, events + 1) if rng.random() < q}
+    if lost:
+        sched = schedules.with_failures(sched, intervals=[(i, k * speeds[i] - 1e-9, k * speeds[i] + 1e-9)
+                                                          for i, k in sorted(lost)])
+    alg = (ea.easgd(learning_rate=lr, alpha=alpha, period=period) if momentum is None
+           else ea.eamsgd(learning_rate=lr, momentum=momentum, alpha=alpha, period=period))
+    res = sim.run(alg, sim.problems.quadratic(A, b, x0=np.zeros(D)), sched, key=jax.random.key(0), log_every=events)
+    want = _algorithm_1(A, b, speeds, period=period, lr=lr, alpha=alpha, lost=lost, num_events=events,
+                        momentum=momentum)
+    got = np.asarray(res.state.master)
+    assert np.linalg.norm(got - want) <= 1e-12 * np.linalg.norm(want), (got, want)
+    assert int(np.sum(~sched.delivered)) == len({(i, k) for i, k in lost if k <= np.sum(sched.worker == i)})
 
 
 LOCALS = {"sgd": lambda: ea.sgd(0.1), "nesterov": lambda: ea.nesterov(0.1, 0.5), "adahessian": lambda: ea.adahessian(0.1)}
@@ -182,13 +253,18 @@ def test_sync_easgd_matches_plain_rounds():
     sched = schedules.synchronous(TAUS, num_rounds=rounds)
     res = sim.run(ea.sync_easgd(learning_rate=lr, alpha=alpha, period=period), prob, sched, key=jax.random.key(0),
                   log_every=5)
+    # eq. 5–6 of Zhang et al. with an exchange every τ steps: the gradient and the elastic term
+    # both at xᵢᵗ; the exchange at t = 0 (X = m = x₀) is a no-op, the engine's round r ends with the
+    # exchange at t = (r + 1)τ
     X, m = np.zeros((N, D)), np.zeros(D)
-    for _ in range(rounds):
-        for _ in range(period):
-            X = X - lr * A * (X - b)
-        d = X - m
-        X, m = X - alpha * d, m + alpha * d.sum(0)
-    np.testing.assert_allclose(np.asarray(res.state), m, rtol=1e-10)
+    for t in range(rounds * period + 1):
+        g = A * (X - b)
+        if t % period == 0:
+            d = X - m
+            X, m = X - lr * g - alpha * d, m + alpha * d.sum(0)
+        else:
+            X = X - lr * g
+    np.testing.assert_allclose(np.asarray(res.state), m, rtol=1e-12)
     with pytest.raises(ValueError, match="n·alpha < 1"):
         sim.run(ea.sync_easgd(alpha=0.4), prob, sched, key=jax.random.key(0))
 
