@@ -54,6 +54,7 @@ PRESETS = {p.name: p for p in (
 WORKERS = (4, 8)
 PERIODS = (1, 2, 4)
 LR, MOMENTUM, ALPHA, FAILURE_P, BATCH, KAPPA = 0.01, 0.5, 0.1, 1.0 / 3.0, 64, 2.0
+DEAD_ZONE = 1.0  # DEAHES-O's ramp starts at a = −DEAD_ZONE·a0 [CHOICE] (algos.elastic.deahes_o)
 METHODS = ("EASGD", "EAMSGD", "EAHES", "EAHES-O", "EAHES-OM", "DEAHES-O")
 HESSIAN = ("EAHES", "EAHES-O", "EAHES-OM", "DEAHES-O")
 

@@ -371,7 +371,8 @@ def _methods() -> dict:
                # without failures the oracle never fires: EAHES
                reduces_to=Reduction({}, "eahes", dict(learning_rate=0.05, alpha=0.2, period=2))),
         Method("deahes_o", ea.deahes_o, dict(learning_rate=0.05, alpha=0.2, period=2, a0=0.3),
-               dict(learning_rate=0.08, a0=0.5), (("a0", 0.0), ("history", 1)),
+               dict(learning_rate=0.08, a0=0.5, a_start=-0.2, h1_cap=0.5),
+               (("a0", 0.0), ("history", 1), ("a_start", 0.1), ("h1_cap", 0.1), ("h1_cap", 1.5)),
                # an unreachable ramp (a0 → ∞) leaves (h1, h2) = (α, α): EAHES
                reduces_to=Reduction(dict(a0=1e300), "eahes", dict(learning_rate=0.05, alpha=0.2, period=2))),
         Method("sync_easgd", ea.sync_easgd, dict(learning_rate=0.05, alpha=0.2, period=2), dict(learning_rate=0.08),

@@ -8,12 +8,13 @@ are presets: "suppressed" (the default; the worker trains on without the exchang
 recovery carries its old parameters); the stale figure is written as ``deahes_stale.*``.
 Six methods (spec §3): EASGD, EAMSGD (δ = 0.5), EAHES, EAHES-O, EAHES-OM (oracle) and
 DEAHES-O; η = 0.01 for every local optimiser, α = 0.1, AdaHessian with β = (0.9, 0.999), one
-Hutchinson probe, spatial averaging, the reference code's ε = 1e-4 and weight decay
-5e-4; the -O methods use the overlapping split with r = 1/P, the others disjoint shards.
+Hutchinson probe, spatial averaging, the authors' optimiser's ε = 1e-4 and weight decay 0
+(the paper states none); the -O methods use the overlapping split with r = 1/P, the others disjoint shards.
 
 DEAHES-O's scale a0 [CHOICE]: for each (P, τ), EAHES-O is first run without failures, and a0 is
 ``KAPPA`` = 2 standard deviations of the trend a observed there (a = 0 before a worker holds p = 3
-values is left out). The detector is then scored on the failing runs: the ROC AUC of −a for
+values is left out), and the ramp of the weight map starts at a = −``DEAD_ZONE``·a0 (the reading
+that passes the failure-free sanity check: ``algos.elastic.deahes_o``). The detector is then scored on the failing runs: the ROC AUC of −a for
 "this exchange follows a failure", on EAHES-O (whose weights ignore a) and on DEAHES-O.
 
 Each (P, method) is one compiled :func:`sim.sweep` over τ × seeds (the period is a traced
@@ -41,7 +42,7 @@ import jax
 import numpy as np
 
 from algos import elastic as ea
-from delaylab.deahes import (HESSIAN, KAPPA, METHODS, PERIODS, PRESETS, WORKERS, Preset, algorithms, dataset,
+from delaylab.deahes import (DEAD_ZONE, HESSIAN, KAPPA, METHODS, PERIODS, PRESETS, WORKERS, Preset, algorithms, dataset,
                              problems, schedules_for, sweep, trend_spread)
 from paper_figures._figure import Figure, Parts
 from paper_figures._output import save_figure
@@ -90,8 +91,9 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
                   f"{', '.join(f'{v:.3g}' for v in a0)} (τ = {PERIODS}); {how}", flush=True)
         for m, (alg, split) in algs.items():
             hp = {"period": periods}
-            if m == "DEAHES-O":
+            if m == "DEAHES-O":  # the default reading: the ramp from a = −a0 to −2 a0 (algos.elastic.deahes_o)
                 hp["a0"] = a0.astype(np.float32)
+                hp["a_start"] = (-DEAD_ZONE * a0).astype(np.float32)
 
             def run_method(alg=alg, split=split, hp=hp, m=m):
                 res = sweep(alg, probs[split], failing, keys, hp, P, cfg)

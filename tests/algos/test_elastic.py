@@ -33,7 +33,7 @@ def _schedule(q=0.3, events=60, seed=5):
 
 
 def _reference(A, b, sched, *, local, lr, alpha, period, rule, failure, a0=1.0, p=3, momentum=0.5,
-               ah=(0.9, 0.999, 1e-4, 1.0, 0.0)):
+               ah=(0.9, 0.999, 1e-4, 1.0, 0.0), a_start=0.0, cap=1.0, sign=1):
     """The elastic-averaging event loop, spelled out per job: returns (master, [(a, follows,
     delivered)]). A job's first gradient is taken at the point before the worker's last exchange
     (``gp``), as in Algorithm 1; EAMSGD's at gp + δv."""
@@ -74,9 +74,11 @@ def _reference(A, b, sched, *, local, lr, alpha, period, rule, failure, a0=1.0, 
             h1 = h2 = alpha
         elif rule == "oracle":
             h1, h2 = (1.0, 0.0) if start["failed"] else (alpha, alpha)
+        elif rule == "oracle-master":
+            h1, h2 = (alpha, 0.0) if start["failed"] else (alpha, alpha)
         else:
-            s = min(1.0, max(0.0, -a / a0))
-            h1, h2 = alpha + (1 - alpha) * s, alpha * (1 - s)
+            s = min(1.0, max(0.0, (a_start - sign * a) / a0))
+            h1, h2 = alpha + (cap - alpha) * s, alpha * (1 - s)
         if ok:
             d = w["x"] - master
             w["copy"] = master.copy()
@@ -152,19 +154,27 @@ def test_easgd_and_eamsgd_match_the_papers_algorithm_box(n, period, alpha, lr, q
 
 LOCALS = {"sgd": lambda: ea.sgd(0.1), "nesterov": lambda: ea.nesterov(0.1, 0.5), "adahessian": lambda: ea.adahessian(0.1)}
 CASES = [("sgd", "fixed", "suppressed", 1), ("nesterov", "fixed", "stale", 2), ("adahessian", "oracle", "suppressed", 2),
-         ("adahessian", "dynamic", "suppressed", 1), ("adahessian", "dynamic", "stale", 3), ("sgd", "oracle", "stale", 1)]
+         ("adahessian", "dynamic", "suppressed", 1), ("adahessian", "dynamic", "stale", 3), ("sgd", "oracle", "stale", 1),
+         ("adahessian", "dynamic-readings", "suppressed", 2), ("sgd", "oracle-master", "suppressed", 1)]
+READINGS = dict(a_start=-0.1, cap=0.5, sign=-1)  # a dead zone, h1 capped at 0.5, the other sign of a
 
 
 @pytest.mark.parametrize("local,rule,failure,period", CASES)
 def test_matches_plain_event_loop(local, rule, failure, period):
     prob, A, b = _problem()
     sched = _schedule()
-    exchange = {"fixed": ea.fixed(), "oracle": ea.oracle(), "dynamic": ea.dynamic()}[rule]
+    r = READINGS
+    exchange = {"fixed": ea.fixed(), "oracle": ea.oracle(), "oracle-master": ea.oracle(master_side_only=True),
+                "dynamic": ea.dynamic(), "dynamic-readings": ea.dynamic(a_start=r["a_start"], h1_cap=r["cap"],
+                                                                         sign=r["sign"])}[rule]
     alg = ea.elastic_averaging(LOCALS[local](), alpha=0.2, period=period, exchange=exchange, failure=failure,
-                               a0=0.3 if rule == "dynamic" else None, trace=200)
+                               a0=0.3 if rule.startswith("dynamic") else None, trace=200)
     res = sim.run(alg, prob, sched, key=jax.random.key(0), log_every=20)
     master, trace = _reference(A, b, sched, local=local, lr=0.1, alpha=0.2, period=period, rule=rule,
-                               failure=failure, a0=0.3)
+                               failure=failure, a0=0.3, **(READINGS if rule == "dynamic-readings" else {}))
+    if rule == "dynamic-readings":  # the readings changed the weights of some exchanges
+        assert not np.allclose(master, _reference(A, b, sched, local=local, lr=0.1, alpha=0.2, period=period,
+                                                  rule="dynamic", failure=failure, a0=0.3)[0])
     np.testing.assert_allclose(np.asarray(res.state.master), master, rtol=1e-10, atol=1e-12)
     K = int(res.state.attempts)
     assert K == len(trace)
