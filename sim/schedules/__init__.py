@@ -24,7 +24,7 @@ Conventions, fixed once for every schedule:
 
 from sim.schedules.dispatch import (asynchronous, backup_workers, barrier, fixed_computation, hierarchical,
                                     random_durations, stale_synchronous, synchronous)
-from sim.schedules.failures import with_failures
+from sim.schedules.failures import outage_blocks, with_failures, with_outages
 from sim.schedules.schedule import Schedule
 from sim.schedules.time_bounded import time_bounded_rounds
 from sim.schedules.timing import (NOISE_KINDS, ExampleCostTiming, FixedTiming, RandomTiming, SlowdownTiming, Timing,
@@ -34,4 +34,4 @@ from sim.schedules.traces import from_trace, read_trace
 __all__ = ["NOISE_KINDS", "ExampleCostTiming", "FixedTiming", "RandomTiming", "Schedule", "SlowdownTiming", "Timing",
            "TraceTiming", "asynchronous", "backup_workers", "barrier", "fixed_computation", "from_trace", "hierarchical",
            "job_keys", "random_durations", "read_trace", "stale_synchronous", "synchronous", "time_bounded_rounds",
-           "with_failures"]
+           "with_failures", "with_outages", "outage_blocks"]

@@ -58,3 +58,74 @@ def with_failures(
         version=version,
         description=schedule.description + f"; failures q={q}, {len(intervals)} interval(s)",
     )
+
+
+def outage_blocks(jobs_per_worker: Sequence[int], *, fraction: float = 1.0 / 3.0, lengths: tuple[int, int] = (5, 20),
+                  seed: int = 0) -> list[tuple[int, int, int]]:
+    """Long outages: for each worker i, blocks ``(i, first, end)`` of consecutive lost jobs
+    ``first ≤ j < end`` (jobs counted from 0 in the worker's order), drawn with ``seed``.
+
+    Block lengths are drawn uniformly from ``lengths`` (inclusive) until they cover
+    ``round(fraction · jobs)`` of the worker's jobs; then the longest blocks are shortened one job
+    at a time (never below ``lengths[0]``) until the cover is exactly that. The blocks are placed
+    uniformly at random among the placements that keep at least one delivered job between two
+    blocks (so each block is a separate outage). A worker with too few jobs for one block of the
+    shortest length gets none."""
+    lo, hi = (int(v) for v in lengths)
+    f = float(fraction)
+    if not (math.isfinite(f) and 0.0 <= f < 1.0):
+        raise ValueError(f"outage fraction must be in [0, 1); got {fraction!r}")
+    if not (1 <= lo <= hi):
+        raise ValueError(f"outage lengths must be (shortest, longest) with 1 <= shortest <= longest; got {lengths!r}")
+    rng = np.random.default_rng(seed)
+    blocks = []
+    for i, jobs in enumerate(int(j) for j in jobs_per_worker):
+        target = int(round(f * jobs))
+        if target < lo:
+            continue
+        sizes = []
+        while sum(sizes) < target:
+            sizes.append(int(rng.integers(lo, hi + 1)))
+        while sum(sizes) > target:
+            k = int(np.argmax(sizes))
+            if sizes[k] <= lo:
+                break
+            sizes[k] -= 1
+        m = len(sizes)
+        slack = jobs - sum(sizes) - (m - 1)  # delivered jobs not needed as separators
+        if slack < 0:
+            raise ValueError(f"worker {i}: {m} outages covering {sum(sizes)} of {jobs} jobs do not fit with a "
+                             f"delivered job between them; lower the fraction or the lengths")
+        offsets = np.sort(rng.integers(0, slack + 1, size=m))  # uniform placement (stars and bars)
+        start = 0
+        for k, (off, size) in enumerate(zip(offsets, sizes)):
+            first = int(off) + start + k  # k separators before block k
+            blocks.append((i, first, first + size))
+            start += size
+    return blocks
+
+
+def with_outages(schedule: Schedule, *, fraction: float = 1.0 / 3.0, lengths: tuple[int, int] = (5, 20),
+                 seed: int = 0, blocks: Sequence[tuple[int, int, int]] | None = None) -> Schedule:
+    """The same timing with long outages: each worker loses blocks of consecutive jobs
+    (:func:`outage_blocks`, or the ``blocks`` given), about ``fraction`` of its jobs in all.
+
+    A lost job's arrival is undelivered, as in :func:`with_failures` (an algorithm reads it by its
+    own semantics: ``algos.elastic``'s "suppressed" worker trains on unheard; its "stale" worker
+    makes no progress, so it restarts from its model at the outage's start)."""
+    counts = np.bincount(schedule.worker, minlength=schedule.num_workers)
+    if blocks is None:
+        blocks = outage_blocks(counts, fraction=fraction, lengths=lengths, seed=seed)
+    intervals = []
+    for w, first, end in blocks:
+        w, first, end = int(w), int(first), int(end)
+        if not (0 <= w < schedule.num_workers and 0 <= first < end):
+            raise ValueError(f"outage blocks must be (worker, first job, end job) with first < end; got {(w, first, end)!r}")
+        finish = schedule.finish[schedule.worker == w]  # worker w's arrivals, in its job order
+        if first >= finish.size:
+            continue
+        t1 = float(finish[end]) if end < finish.size else math.inf
+        intervals.append((w, float(finish[first]), t1))
+    out = with_failures(schedule, intervals=intervals)
+    return dataclasses.replace(out, description=schedule.description + f"; {len(intervals)} outage(s), "
+                                                                        f"{int(np.sum(~out.delivered & schedule.delivered))} jobs lost")

@@ -325,3 +325,40 @@ def test_stale_synchronous_by_hand_and_without_a_bound_is_asynchronous():
     assert two.pull_only[two.worker == 0].any() and not two.pull_only[two.worker >= 2].any()
     with pytest.raises(ValueError, match="bound must be an integer >= 0 or None"):
         schedules.stale_synchronous(schedules.FixedTiming(np.ones(2)), num_jobs=3, groups=[0, 0], bound=-1)
+
+
+def test_outages_lose_the_hand_computed_jobs():
+    """Given blocks, the lost arrivals by (worker, finish time), computed by hand: worker 0 (one
+    job per time unit) loses its jobs 5..11, finishing at 6..12; worker 1 (two units per job) its
+    jobs 3..8, finishing at 8, 10, ..., 18; worker 1's block past its last job loses nothing more."""
+    s = schedules.fixed_computation([1.0, 2.0], num_events=90)  # worker 0: 60 jobs to t = 60; worker 1: 30
+    out = schedules.with_outages(s, blocks=[(0, 5, 12), (1, 3, 9), (1, 40, 45)])
+    lost = {(int(w), float(t)) for w, t, d in zip(out.worker, out.finish, out.delivered) if not d}
+    assert lost == {(0, float(t)) for t in range(6, 13)} | {(1, float(t)) for t in range(8, 19, 2)}
+    np.testing.assert_array_equal(out.finish, s.finish)  # the timing is unchanged
+    np.testing.assert_array_equal(out.worker, s.worker)
+
+
+def test_drawn_outages_are_separate_blocks_covering_the_fraction():
+    s = schedules.fixed_computation([1.0, 1.0, 1.5, 3.0], num_events=400)
+    jobs = np.bincount(s.worker, minlength=4)
+    blocks = schedules.outage_blocks(jobs, fraction=1 / 3, lengths=(5, 20), seed=3)
+    assert blocks == schedules.outage_blocks(jobs, fraction=1 / 3, lengths=(5, 20), seed=3)  # the seed fixes them
+    assert blocks != schedules.outage_blocks(jobs, fraction=1 / 3, lengths=(5, 20), seed=4)
+    out = schedules.with_outages(s, fraction=1 / 3, lengths=(5, 20), seed=3)
+    for w in range(4):
+        mine = sorted((a, b) for i, a, b in blocks if i == w)
+        assert all(5 <= b - a <= 20 for a, b in mine)
+        assert all(b1 < a2 for (_, b1), (a2, _) in zip(mine, mine[1:]))  # a delivered job between two outages
+        assert sum(b - a for a, b in mine) == round(jobs[w] / 3)
+        lost = ~out.delivered[out.worker == w]  # the worker's jobs in order: the blocks, exactly
+        expect = np.zeros(jobs[w], bool)
+        for a, b in mine:
+            expect[a:b] = True
+        np.testing.assert_array_equal(lost, expect)
+    with pytest.raises(ValueError, match="outage fraction must be in"):
+        schedules.outage_blocks(jobs, fraction=1.0)
+    with pytest.raises(ValueError, match="outage lengths"):
+        schedules.outage_blocks(jobs, lengths=(0, 3))
+    with pytest.raises(ValueError, match="do not fit"):
+        schedules.outage_blocks([30], fraction=0.9, lengths=(5, 5))
