@@ -17,6 +17,8 @@ FIGURES = {
     "r4": ("paper_figures.r4_time_to_eps", "time to ‖∇F‖² ≤ ε for 7 methods, with the heterogeneous lower bound"),
     "r5": ("paper_figures.r5_mnist", "MNIST-format MLP, n = 100, Dirichlet 0.1: Rescaled, Malenia, Ringleader, IA²SGD, vanilla"),
     "deahes": ("paper_figures.deahes", "DEAHES-O Figs. 4-5: elastic averaging with AdaHessian under failures, P ∈ {4, 8}, τ ∈ {1, 2, 4}"),
+    "deahes-readings": ("paper_figures.deahes_readings",
+                        "which reading of DEAHES-O reproduces the paper: readings × failure models × semantics"),
     "hetero-specialisation": ("paper_figures.hetero_specialisation",
                               "do fast workers specialise by layer? CKA / gradient alignment against the compute ratio"),
     "hetero-divergence": ("paper_figures.hetero_divergence",

@@ -300,3 +300,37 @@ def test_bad_inputs_are_refused():
         ea.elastic_averaging("sgd")
     with pytest.raises(ValueError, match="history p must be"):
         ea.dynamic(history=1)
+
+
+def test_without_failures_deahes_o_at_its_default_reading_is_eahes_o():
+    """Issue 21's sanity check on a small MLP (minibatch noise, AdaHessian workers): without
+    failures DEAHES-O at its default reading must equal EAHES-O (the 95% interval of the paired
+    final-loss difference inside ±2% of EAHES-O's loss) with mean h1 within 10% of α on every
+    seed; the reading without a dead zone, whose ramp starts at a = 0, fails it (mean h1 above
+    1.3 α: the rule fires on the ordinary fluctuations of a)."""
+    from paper_figures import _verdicts as V
+    from sim.models import mlp_classifier
+
+    P, rounds, alpha = 4, 50, 0.1
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((480, 16))
+    y = (x[:, :3].sum(1) > 0).astype(np.int32) + 2 * (x[:, 3] > 0.5)
+    prob = mlp_classifier(x, y, num_workers=P, split="iid", hidden=16, batch_size=8, dtype=np.float64)
+    clean = schedules.fixed_computation(np.ones(P), num_events=P * rounds)
+    keys = jax.random.split(jax.random.key(5), 6)
+    base = sim.sweep(ea.eahes(learning_rate=0.05, alpha=alpha, trace=P * rounds), prob, clean, keys=keys,
+                     hparams={"period": [2]})
+    a = np.asarray(base.state.trace_a)[0]
+    a0 = 2 * float(a[a != 0].std())  # as the DEAHES figures calibrate it
+    default = ea.deahes_o(learning_rate=0.05, alpha=alpha, a0=a0)
+    res = sim.sweep(default, prob, clean, keys=keys,
+                    hparams={"period": [2, 2], "a0": [a0, a0], "a_start": [default.hparams["a_start"], 0.0]})
+    loss0 = np.asarray(base.metrics["loss"])[0, :, -1]
+    loss = np.asarray(res.metrics["loss"])[:, :, -1]
+    h1 = np.asarray(res.worker_stats["h1"]).sum(-1) / np.asarray(res.worker_stats["exchanged"]).sum(-1)
+    verdict, iv = V.equal(loss[0] - loss0, 0.02 * loss0.mean())
+    print(f"default reading: DEAHES-O − EAHES-O {iv}, mean h1 {np.round(h1[0], 4)}; "
+          f"no dead zone: {V.paired_interval(loss[1] - loss0)}, mean h1 {np.round(h1[1], 4)}")
+    assert default.hparams["a_start"] == -a0
+    assert verdict == V.HOLDS and np.all(np.abs(h1[0] / alpha - 1) <= 0.1)
+    assert np.mean(h1[1]) > 1.3 * alpha
