@@ -15,8 +15,8 @@ then ``<stem>.npz`` (every number the figure and text are drawn from, so that ``
 redraws both without computing), ``<stem>.png``, ``<stem>.csv`` and ``<stem>.txt``.
 
 Resuming. A part is stored, when it finishes, under ``<out>/.parts/<figure>_<preset>/`` with a key:
-a hash of the figure's code (every ``.py`` under ``algos/``, ``sim/`` and ``theory/`` plus the
-figure's module), of the part's inputs, and of the convolution implementation that runs the CNN
+a hash of the figure's code (every ``.py`` under ``algos/``, ``sim/``, ``theory/`` and ``delaylab/``
+plus the figure's module), of the part's inputs, and of the convolution implementation that runs the CNN
 (oneDNN or im2col: their float32 results differ in the last bits). A rerun reuses a part whose key
 matches and recomputes one whose code or inputs changed; a part computed with another convolution
 is refused, with the reason, rather than mixed with new ones. The parts are deleted once the figure
@@ -47,12 +47,12 @@ class MixedConvolution(RuntimeError):
 
 
 def code_hash(*files: str) -> str:
-    """A hash of the sources a figure's numbers depend on: every ``.py`` under ``algos/``, ``sim/``
-    and ``theory/`` plus ``files`` (the figure's own modules). Taken once, when a run starts: the
+    """A hash of the sources a figure's numbers depend on: every ``.py`` under ``algos/``, ``sim/``,
+    ``theory/`` and ``delaylab/`` plus ``files`` (the figure's own modules). Taken once, when a run starts: the
     code the process loaded, not what is on disk when a part is saved."""
     h = hashlib.sha256()
     paths = [os.path.abspath(f) for f in files]
-    for sub in ("algos", "sim", "theory"):
+    for sub in ("algos", "sim", "theory", "delaylab"):  # delaylab: set-ups shared by figures (delaylab.deahes)
         for dirpath, _, names in sorted(os.walk(os.path.join(_ROOT, sub))):
             paths += [os.path.join(dirpath, f) for f in sorted(names) if f.endswith(".py")]
     for p in paths:

@@ -67,9 +67,10 @@ def outage_blocks(jobs_per_worker: Sequence[int], *, fraction: float = 1.0 / 3.0
 
     Block lengths are drawn uniformly from ``lengths`` (inclusive) until they cover
     ``round(fraction · jobs)`` of the worker's jobs; then the longest blocks are shortened one job
-    at a time (never below ``lengths[0]``) until the cover is exactly that. The blocks are placed
-    uniformly at random among the placements that keep at least one delivered job between two
-    blocks (so each block is a separate outage). A worker with too few jobs for one block of the
+    at a time (never below ``lengths[0]``) until the cover is exactly that (or as near as that
+    allows). The blocks keep their drawn order and are placed at random (sorted uniform offsets)
+    with at least one delivered job between two blocks, so each block is a separate outage. The
+    cover caps the lengths: with a target of 12 jobs, no block is longer than 12. A worker with too few jobs for one block of the
     shortest length gets none."""
     lo, hi = (int(v) for v in lengths)
     f = float(fraction)
@@ -96,7 +97,7 @@ def outage_blocks(jobs_per_worker: Sequence[int], *, fraction: float = 1.0 / 3.0
         if slack < 0:
             raise ValueError(f"worker {i}: {m} outages covering {sum(sizes)} of {jobs} jobs do not fit with a "
                              f"delivered job between them; lower the fraction or the lengths")
-        offsets = np.sort(rng.integers(0, slack + 1, size=m))  # uniform placement (stars and bars)
+        offsets = np.sort(rng.integers(0, slack + 1, size=m))  # random placement
         start = 0
         for k, (off, size) in enumerate(zip(offsets, sizes)):
             first = int(off) + start + k  # k separators before block k

@@ -324,13 +324,13 @@ def test_without_failures_deahes_o_at_its_default_reading_is_eahes_o():
     a0 = 2 * float(a[a != 0].std())  # as the DEAHES figures calibrate it
     default = ea.deahes_o(learning_rate=0.05, alpha=alpha, a0=a0)
     res = sim.sweep(default, prob, clean, keys=keys,
-                    hparams={"period": [2, 2], "a0": [a0, a0], "a_start": [default.hparams["a_start"], 0.0]})
+                    hparams={"period": [2, 2, 2], "a0": [a0] * 3, "a_start": [default.hparams["a_start"], 0.0, -2 * a0]})
     loss0 = np.asarray(base.metrics["loss"])[0, :, -1]
     loss = np.asarray(res.metrics["loss"])[:, :, -1]
     h1 = np.asarray(res.worker_stats["h1"]).sum(-1) / np.asarray(res.worker_stats["exchanged"]).sum(-1)
     verdict, iv = V.equal(loss[0] - loss0, 0.02 * loss0.mean())
-    print(f"default reading: DEAHES-O − EAHES-O {iv}, mean h1 {np.round(h1[0], 4)}; "
-          f"no dead zone: {V.paired_interval(loss[1] - loss0)}, mean h1 {np.round(h1[1], 4)}")
+    for name, k in (("default", 0), ("no dead zone", 1), ("dead zone 2 a0", 2)):
+        print(f"{name}: DEAHES-O − EAHES-O {V.paired_interval(loss[k] - loss0)}, mean h1 {np.round(h1[k], 4)}")
     assert default.hparams["a_start"] == -a0
     assert verdict == V.HOLDS and np.all(np.abs(h1[0] / alpha - 1) <= 0.1)
     assert np.mean(h1[1]) > 1.3 * alpha
