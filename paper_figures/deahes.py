@@ -13,8 +13,8 @@ Hutchinson probe, spatial averaging, the authors' optimiser's ε = 1e-4 and weig
 
 DEAHES-O's scale a0 [CHOICE]: for each (P, τ), EAHES-O is first run without failures, and a0 is
 ``KAPPA`` = 2 standard deviations of the trend a observed there (a = 0 before a worker holds p = 3
-values is left out), and the ramp of the weight map starts at a = −``DEAD_ZONE``·a0 (the reading
-that passes the failure-free sanity check: ``algos.elastic.deahes_o``). The detector is then scored on the failing runs: the ROC AUC of −a for
+values is left out), the ramp of the weight map starts at a = −``DEAD_ZONE``·a0 and h1 rises to
+0.5 at its end (the reading that passes the failure-free sanity check: ``algos.elastic.deahes_o``). The detector is then scored on the failing runs: the ROC AUC of −a for
 "this exchange follows a failure", on EAHES-O (whose weights ignore a) and on DEAHES-O.
 
 Each (P, method) is one compiled :func:`sim.sweep` over τ × seeds (the period is a traced
@@ -91,7 +91,7 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
                   f"{', '.join(f'{v:.3g}' for v in a0)} (τ = {PERIODS}); {how}", flush=True)
         for m, (alg, split) in algs.items():
             hp = {"period": periods}
-            if m == "DEAHES-O":  # the default reading: the ramp from a = −a0 to −2 a0 (algos.elastic.deahes_o)
+            if m == "DEAHES-O":  # the default reading: the ramp from a = −a0 to −2 a0, h1 up to 0.5 (algos.elastic.deahes_o)
                 hp["a0"] = a0.astype(np.float32)
                 hp["a_start"] = (-DEAD_ZONE * a0).astype(np.float32)
 

@@ -74,12 +74,12 @@ PRESETS = {p.name: p for p in (
 
 READINGS = {  # DEAHES-O: (dead zone in units of a0, h1's cap; None: α)
     "no dead zone, cap 1": (0.0, 1.0),
-    "dead zone a0, cap 1 (default)": (1.0, 1.0),
-    "dead zone a0, cap 0.5": (1.0, 0.5),
+    "dead zone a0, cap 1": (1.0, 1.0),
+    "dead zone a0, cap 0.5 (default)": (1.0, 0.5),
     "dead zone 2 a0, cap 1": (2.0, 1.0),
     "no dead zone, cap α (master side)": (0.0, None),
 }
-DEFAULT_READING = "dead zone a0, cap 1 (default)"
+DEFAULT_READING = "dead zone a0, cap 0.5 (default)"
 ORACLES = {"full reset": False, "master side": True}  # master_side_only
 FAILURE_MODELS = ("iid 1/3", "outages")
 SEMANTICS = ("suppressed", "stale")
