@@ -308,22 +308,26 @@ def plot(data: dict, path: str) -> None:
     labels = names + [f"DEAHES-O: {r}" for r in data["readings"]]
     fig, axes = plt.subplots(1, 4, figsize=(17, 5.5), sharey=True)
     for ax, (semantics, fm) in zip(axes, [(s, f) for s in SEMANTICS for f in FAILURE_MODELS]):
-        vals = [_loss(data, semantics, fm, m) for m in names] + [_loss(data, semantics, fm, "DEAHES-O", r)
-                                                                for r in data["readings"]]
+        ref = _loss(data, semantics, fm, "EAHES-O")
+        vals = [_loss(data, semantics, fm, m) - ref for m in names] + [
+            _loss(data, semantics, fm, "DEAHES-O", r) - ref for r in data["readings"]]
         ivs = [paired_interval(v) for v in vals]
         y = np.arange(len(labels))
         colors = ["0.6"] * len(BASELINES) + ["tab:green"] * len(data["oracles"]) + ["tab:blue"] * len(data["readings"])
         for iv, yy, c in zip(ivs, y, colors):
-            ax.errorbar([iv.mean], [yy], xerr=[[iv.half], [iv.half]], fmt="o", color=c, capsize=3, zorder=3)
+            if np.isfinite(iv.half):
+                ax.errorbar([iv.mean], [yy], xerr=[[iv.half], [iv.half]], fmt="o", color=c, capsize=3, zorder=3)
         for v, yy in zip(vals, y):
             ax.scatter(v, np.full(len(v), yy), s=8, c="k", alpha=0.4, zorder=4)
+        ax.axvline(0.0, color="k", lw=0.8)
         ax.set_title(f"{semantics}, {fm}")
-        ax.set_xlabel("final training loss (mean, 95% interval; dots: seeds)")
+        ax.set_xlabel("final loss − EAHES-O's (same seed)")
         ax.grid(alpha=0.3)
     axes[0].set_yticks(np.arange(len(labels)), labels)
     axes[0].invert_yaxis()
     fig.suptitle(f"DEAHES-O readings: {data['dataset']}, P = {data['workers']}, τ = {data['period']}, "
-                 f"{data['rounds']} rounds, {len(data['seeds'])} seeds")
+                 f"{data['rounds']} rounds, {len(data['seeds'])} seeds; paired difference to EAHES-O, mean and 95% "
+                 "interval (dots: seeds; left of 0: better)")
     fig.tight_layout()
     save_figure(fig, path)
 
