@@ -48,7 +48,8 @@ goes through, else the copy it last received. It keeps the last p values (``hist
 weighted most); a failure makes u jump up, so a < 0 after one (the paper's sign convention).
 Until p values are held, a = 0. The weights are piecewise linear in a (:class:`DynamicWeights`,
 whose every open detail is an axis: where the ramp starts, its length ``a0``, h1's cap, the sign
-of a); with the ramp starting at a = 0 and h1 capped at 1:
+of a); with the ramp starting at a = 0 and h1 capped at 1 (the plainest reading; the default of
+:func:`deahes_o` starts the ramp at −a0 and caps h1 at 0.5, for the reason given there):
 
     h1(a) = α + (1 − α) min(1, max(0, −a/a0)),   h2(a) = α (1 − min(1, max(0, −a/a0))).
 
