@@ -128,29 +128,29 @@ def _seed_part(cfg: Preset, seed: int, data, progress: bool) -> dict:
     keys = jax.random.key(seed)[None]
     trace = P * cfg.rounds
 
-    def run(alg, split, sched, hp):
-        return sim.sweep(alg, probs[split], sched, keys=keys, hparams=hp, log_every=P * cfg.log_rounds, runs="map",
+    def run(alg, split, sched, hp, keys=keys, log_every=P * cfg.log_rounds):
+        return sim.sweep(alg, probs[split], sched, keys=keys, hparams=hp, log_every=log_every, runs="map",
                          batching=cfg.batching)
 
     def final(res):
         return np.asarray(res.metrics["loss"], np.float64)[:, 0, -1]
 
-    def mean_h1(res):
+    def per_exchange(res, stat):  # a worker statistic's mean over the delivered exchanges, per run
         st = res.worker_stats
-        return np.asarray(st["h1"], np.float64)[:, 0].sum(-1) / np.asarray(st["exchanged"], np.float64)[:, 0].sum(-1)
+        return np.asarray(st[stat], np.float64)[:, 0].sum(-1) / np.asarray(st["exchanged"], np.float64)[:, 0].sum(-1)
+
+    def mean_h1(res):
+        return per_exchange(res, "h1")
 
     def ramp_use(res):  # the mean ramp position s over delivered exchanges: 1 − mean(h2)/α (0: never fired)
-        st = res.worker_stats
-        h2 = np.asarray(st["h2"], np.float64)[:, 0].sum(-1) / np.asarray(st["exchanged"], np.float64)[:, 0].sum(-1)
-        return 1.0 - h2 / ALPHA
+        return 1.0 - per_exchange(res, "h2") / ALPHA
 
     out = {"lost": {fm: float(np.mean(~s.delivered)) for fm, s in failing.items()}}
     algs = _algs("suppressed", trace)
     # a0 from the trend a of a failure-free EAHES-O run with other minibatches and probes than the
     # runs judged (so that the sanity check below is out of sample)
-    calib = sim.sweep(algs["EAHES-O"][0], probs["overlap"], clean, keys=jax.random.key(10_000 + seed)[None],
-                      hparams={"period": np.asarray([tau], np.int32)}, log_every=P * cfg.rounds, runs="map",
-                      batching=cfg.batching)
+    calib = run(algs["EAHES-O"][0], "overlap", clean, {"period": np.asarray([tau], np.int32)},
+                keys=jax.random.key(10_000 + seed)[None], log_every=P * cfg.rounds)
     a = np.asarray(calib.state.trace_a, np.float64)[0, 0]
     a = a[a != 0.0]
     a0 = float(KAPPA * a.std())
