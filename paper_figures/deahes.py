@@ -5,7 +5,8 @@ two-convolution CNN (sim.models.CNN), minibatch 64; each worker's exchange with 
 lost with probability 1/3 per communication round. Spec §4 names two failure semantics and both
 are presets: "suppressed" (the default; the worker trains on without the exchange) and "stale"
 (``quick-stale``, ``full-stale``: the failed worker makes no progress and its first exchange after
-recovery carries its old parameters); the stale figure is written as ``deahes_stale.*``.
+recovery carries its old parameters); the stale figure is written as ``deahes_stale.*``, and the
+``medium`` preset's (below) as ``deahes_medium.*``.
 Six methods (spec §3): EASGD, EAMSGD (δ = 0.5), EAHES, EAHES-O, EAHES-OM (oracle) and
 DEAHES-O; η = 0.01 for every local optimiser, α = 0.1, AdaHessian with β = (0.9, 0.999), one
 Hutchinson probe, spatial averaging, the authors' optimiser's ε = 1e-4 and weight decay 0
@@ -21,14 +22,25 @@ Each (P, method) is one compiled :func:`sim.sweep` over τ × seeds (the period 
 hyperparameter; runs one after another inside the call, which on CPU is as fast as batching
 them and compiles sooner; a round's P worker jobs are batched by the preset's ``batching``, the
 faster on its image size). One schedule per P: equal job durations (one time unit per
-communication period), so rounds are the x-axis for every τ; the failure draws are shared by
-all methods and seeds (a paired comparison); seeds vary minibatches and Hutchinson probes.
+communication period), so rounds are the x-axis for every τ. In ``quick`` and ``full`` the failure
+draws, the split and the initial model are shared by all methods and seeds, and the seeds vary
+minibatches and Hutchinson probes; in ``medium`` each seed draws all of them anew. Either way the
+methods of a seed share every draw, so the claims are judged on paired differences over seeds.
 Training loss: the master's loss over ``eval_size`` training examples (each once); test accuracy
 over the test set; both every ``log_rounds`` rounds.
 
 Presets: ``quick`` uses scikit-learn's 8×8 digits (the CNN unchanged, its convolutions on 8×8 and
 4×4 images) and 20 rounds; ``full`` uses MNIST where present, else Fashion-MNIST (Debian), and
-150 rounds; it is sized for an accelerator. Each finished (P, method) sweep is stored under
+150 rounds; it is sized for an accelerator. ``medium`` is the deciding preset of this CPU: Fashion-MNIST
+(or MNIST) averaged to 14×14 (2×2 blocks; the CNN unchanged), F on 2,000 class-stratified training
+images and accuracy on the first 2,000 test images every 5 rounds, 100 rounds, τ ∈ {1, 4}, 3 seeds,
+the failure model under which the claims can be decided (long outages of 5–20 rounds covering a
+third of each worker's exchanges, stale semantics: a stalled worker restarts from its model at the
+outage's start; ``deahes-readings`` found i.i.d. losses of a third of the exchanges cost little and
+leave a detector nothing to find), and every seed resamples every random source: its split, initial
+model, evaluation subset, minibatches, probes and outages (one sweep per seed and method, and one
+a0 calibration per seed, on that seed's failure-free run). At 28×28 the worker steps dominate its
+cost on 2 cores and it would take about 7.5 h (benchmarks/RESULTS.md), hence the 14×14 images. Each finished (P, method) sweep is stored under
 ``<out>/.parts/deahes_<preset>/`` and reused when a stopped run is restarted with the same
 configuration and code; the parts are deleted once the figure is written. Every curve is kept in
 ``deahes.npz``, from which ``delaylab figure deahes --redraw`` redraws the figure and text.
@@ -42,84 +54,111 @@ import jax
 import numpy as np
 
 from algos import elastic as ea
-from delaylab.deahes import (DEAD_ZONE, HESSIAN, KAPPA, METHODS, PERIODS, PRESETS, WORKERS, Preset, algorithms, dataset,
+from delaylab.deahes import (DEAD_ZONE, HESSIAN, KAPPA, METHODS, PRESETS, WORKERS, Preset, algorithms, dataset,
                              problems, schedules_for, sweep, trend_spread)
 from paper_figures._figure import Figure, Parts
 from paper_figures._output import save_figure
+from paper_figures._verdicts import FAILS, HOLDS, INCONCLUSIVE, all_of, below, equal
+
+EQUAL_MARGIN = 0.02  # "close": the paired difference's interval within ±2% of the oracle's loss
 
 
-def _part_names() -> list:
-    return [(P, m) for P in WORKERS for m in ("calibration",) + METHODS]
+def _units(cfg: Preset) -> list:
+    """The seed groups that share one sweep: all seeds at once, or (``resample``) each seed alone."""
+    return [None] if not cfg.resample else list(range(cfg.seeds))
 
 
 def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, progress: bool = True) -> dict:
-    """Every (P, method) as one compiled sweep over τ × seeds, and one part (each a0 calibration
-    too), so that a stopped run resumes where it was."""
+    """Every (P, method) as one compiled sweep over τ × seeds (with ``resample``, one sweep per
+    seed, each on that seed's split, initial model and failures), and one part per sweep (each a0
+    calibration too), so that a stopped run resumes where it was."""
     cfg = preset
     semantics = cfg.semantics
     data_name, Xtr, ytr, Xte, yte = dataset(cfg, data_path)
-    keys = jax.random.split(jax.random.key(0), cfg.seeds)
-    periods = np.asarray(PERIODS, np.int32)
+    periods = np.asarray(cfg.periods, np.int32)
     out = {"preset": cfg.name, "dataset": data_name, "rounds": cfg.rounds, "seeds": cfg.seeds, "train_size": len(ytr),
-           "test_size": len(yte), "semantics": semantics, "periods": list(PERIODS), "workers": list(WORKERS),
-           "runs": {}}
-    total, done = len(_part_names()), 0
+           "test_size": len(yte), "semantics": semantics, "periods": list(cfg.periods), "workers": list(WORKERS),
+           "failures": cfg.failures, "resample": bool(cfg.resample), "runs": {}}
+    total, done = len(WORKERS) * len(_units(cfg)) * (1 + len(METHODS)), 0
 
-    def part(P, label, key_extra, fn):
+    def part(P, label, seed, key_extra, fn):
         nonlocal done
         inputs = dict(preset=cfg, dataset=data_name, train=len(ytr), test=len(yte), P=P, part=label, **key_extra)
-        got, reused = parts.get(f"P{P}_{label}", inputs, fn)
+        name = f"P{P}_{label}" if seed is None else f"P{P}_{label}_seed{seed}"
+        got, reused = parts.get(name, inputs, fn)
         done += 1
         return got, reused
 
-    for P in WORKERS:
-        probs = problems(P, cfg, Xtr, ytr, Xte, yte)
-        clean, failing = schedules_for(P, cfg.rounds)
-        algs = algorithms(trace=P * cfg.rounds, failure=semantics)
-
-        def calibrate():  # a0 from failure-free EAHES-O runs (same compiled program as the failing runs below)
-            calib = sweep(algs["EAHES-O"][0], probs["overlap"], clean, keys, {"period": periods}, P, cfg)
-            return {"a0": KAPPA * trend_spread(calib.state)}
-
-        cal, reused = part(P, "calibration", {}, calibrate)
-        a0 = np.asarray(cal["a0"], np.float64)
-        out[f"a0_P{P}"] = a0
-        out[f"a0_seconds_P{P}"] = float(cal["seconds"])
+    def tell(got, reused, what):
         if progress:
-            how = "stored part reused" if reused else f"{float(cal['seconds']):.0f} s"
-            print(f"  deahes [{done}/{total}] P={P}: a0 = {KAPPA:g} × spread of a without failures = "
-                  f"{', '.join(f'{v:.3g}' for v in a0)} (τ = {PERIODS}); {how}", flush=True)
-        for m, (alg, split) in algs.items():
-            hp = {"period": periods}
-            if m == "DEAHES-O":  # the default reading: the ramp from a = −a0 to −2 a0, h1 up to 0.5 (algos.elastic.deahes_o)
-                hp["a0"] = a0.astype(np.float32)
-                hp["a_start"] = (-DEAD_ZONE * a0).astype(np.float32)
+            how = "stored part reused" if reused else f"{float(got['seconds']):.0f} s"
+            print(f"  deahes [{done}/{total}] {what}; {how}", flush=True)
 
-            def run_method(alg=alg, split=split, hp=hp, m=m):
-                res = sweep(alg, probs[split], failing, keys, hp, P, cfg)
-                got = {"loss": np.asarray(res.metrics["loss"]), "accuracy": np.asarray(res.metrics["test_accuracy"]),
-                       "diverged": np.asarray(int(np.sum(res.diverged_at >= 0))),
-                       "round": np.asarray(res.metrics["events"]) / P}
-                if m in ("EAHES-O", "DEAHES-O"):
-                    det = ea.detection_auc(res.state)
-                    got.update(auc=det["auc"], positives=det["positives"], negatives=det["negatives"])
-                return got
+    taus = ", ".join(map(str, cfg.periods))
+    for P in WORKERS:
+        algs = algorithms(trace=P * cfg.rounds, failure=semantics)
+        got_by = {m: [] for m in ("calibration",) + tuple(algs)}
+        for seed in _units(cfg):
+            probs = problems(P, cfg, Xtr, ytr, Xte, yte, seed=seed or 0)
+            clean, failing = schedules_for(P, cfg, seed=seed or 0)
+            keys = (jax.random.split(jax.random.key(0), cfg.seeds) if seed is None else jax.random.key(seed)[None])
+            at = "" if seed is None else f" seed {seed}"
 
-            got, reused = part(P, m, {"a0": [round(float(v), 12) for v in a0]} if m == "DEAHES-O" else {}, run_method)
-            run = {k: v for k, v in got.items() if k != "round"}
-            run["seconds"], run["diverged"] = float(got["seconds"]), int(got["diverged"])
+            def calibrate():  # a0 from failure-free EAHES-O runs (same compiled program as the failing runs below)
+                calib = sweep(algs["EAHES-O"][0], probs["overlap"], clean, keys, {"period": periods}, P, cfg)
+                return {"a0": KAPPA * trend_spread(calib.state)}
+
+            cal, reused = part(P, "calibration", seed, {} if seed is None else {"seed": seed}, calibrate)
+            a0 = np.asarray(cal["a0"], np.float64)
+            got_by["calibration"].append(cal)
+            tell(cal, reused, f"P={P}{at}: a0 = {KAPPA:g} × spread of a without failures = "
+                              f"{', '.join(f'{v:.3g}' for v in a0)} (τ = {taus})")
+            for m, (alg, split) in algs.items():
+                hp = {"period": periods}
+                if m == "DEAHES-O":  # the default reading: the ramp from a = −a0 to −2 a0, h1 up to 0.5 (algos.elastic.deahes_o)
+                    hp["a0"] = a0.astype(np.float32)
+                    hp["a_start"] = (-DEAD_ZONE * a0).astype(np.float32)
+
+                def run_method(alg=alg, split=split, hp=hp, m=m):
+                    res = sweep(alg, probs[split], failing, keys, hp, P, cfg)
+                    got = {"loss": np.asarray(res.metrics["loss"]), "accuracy": np.asarray(res.metrics["test_accuracy"]),
+                           "diverged": np.asarray(int(np.sum(res.diverged_at >= 0))),
+                           "round": np.asarray(res.metrics["events"]) / P}
+                    if m in ("EAHES-O", "DEAHES-O"):
+                        det = ea.detection_auc(res.state)
+                        got.update(auc=det["auc"], positives=det["positives"], negatives=det["negatives"])
+                    return got
+
+                extra = {"a0": [round(float(v), 12) for v in a0]} if m == "DEAHES-O" else {}
+                got, reused = part(P, m, seed, extra if seed is None else {**extra, "seed": seed}, run_method)
+                got_by[m].append(got)
+                tell(got, reused, f"P={P}{at} {m:9s} final loss (τ = {taus}) "
+                                  f"{', '.join(f'{v:.3f}' for v in got['loss'][:, :, -1].mean(1))}")
+        # the seeds' sweeps side by side (axis 1 of every [τ, seeds, ...] array)
+        out[f"a0_P{P}"] = np.mean([c["a0"] for c in got_by["calibration"]], axis=0)
+        out[f"a0_seconds_P{P}"] = float(sum(float(c["seconds"]) for c in got_by["calibration"]))
+        for m in algs:
+            gs = got_by[m]
+            run = {k: np.concatenate([g[k] for g in gs], axis=1) for k in gs[0] if k not in ("round", "seconds", "diverged")}
+            run["seconds"] = float(sum(float(g["seconds"]) for g in gs))
+            run["diverged"] = int(sum(int(g["diverged"]) for g in gs))
             out["runs"][(P, m)] = run
-            out["round"] = np.asarray(got["round"])
-            if progress:
-                how = "stored part reused" if reused else f"{run['seconds']:.0f} s"
-                print(f"  deahes [{done}/{total}] P={P} {m:9s} final loss (τ = {', '.join(map(str, PERIODS))}) "
-                      f"{', '.join(f'{v:.3f}' for v in run['loss'][:, :, -1].mean(1))}; {how}", flush=True)
+            out["round"] = np.asarray(gs[0]["round"])
     return out
 
 
 _SEMANTICS = {"suppressed": "a cut-off worker trains on without the exchange",
               "stale": "a failed worker makes no progress and its first exchange after recovery carries its "
                        "old parameters"}
+
+
+_FAILURES = {"iid": "exchanges lost with probability 1/3",
+             "outages": "long outages: each worker loses blocks of 5–20 consecutive exchanges covering a third of "
+                        "its exchanges"}
+_RESAMPLED = ("each seed draws its own split, initial model, evaluation subset, minibatches, Hutchinson probes and "
+              "outages")
+_SHARED = ("the seeds vary minibatches and Hutchinson probes; the split, the initial model and the failure draws are "
+           "shared")
 
 
 def _final(run: dict, key: str) -> np.ndarray:
@@ -136,8 +175,9 @@ def findings(data: dict) -> str:
     R = data["runs"]
     methods = [m for m in METHODS if all(m in _present(data, P) for P in data["workers"])]
     lines = [f"DEAHES-O Figures 4–5 ({data['preset']} preset): {data['dataset']}, {data['train_size']} training / "
-             f"{data['test_size']} test images, {data['rounds']} communication rounds, {data['seeds']} seeds, "
-             f"exchanges lost with probability 1/3 ({data.get('semantics', 'suppressed')} semantics: "
+             f"{data['test_size']} test images, {data['rounds']} communication rounds, {data['seeds']} seeds ("
+             + (_RESAMPLED if data.get("resample", False) else _SHARED) + "), "
+             + _FAILURES[data.get("failures", "iid")] + f" ({data.get('semantics', 'suppressed')} semantics: "
              + _SEMANTICS[data.get("semantics", "suppressed")] + ").",
              "Final master training loss and test accuracy (mean ± std over seeds):",
              f"{'P':>2s} {'τ':>2s} " + " ".join(f"{m:>17s}" for m in methods)]
@@ -149,30 +189,66 @@ def findings(data: dict) -> str:
             lines.append(f"{'':2s} {'':2s} {ac}   (accuracy)")
     configs = [(P, t) for P in data["workers"] for t in range(len(data["periods"]))]
     loss = {(P, t, m): float(_final(R[(P, m)], "loss")[t].mean()) for P, t in configs for m in methods}
+    seeds = {(P, t, m): _final(R[(P, m)], "loss")[t].astype(np.float64) for P, t in configs for m in methods}
 
-    def count(pred):
-        k = sum(bool(pred(P, t)) for P, t in configs)
-        verdict = "holds" if k == len(configs) else ("does NOT hold" if k == 0 else "holds in part")
-        return f"{verdict} ({k} of {len(configs)} settings)"
-
-    def claim(text, needs, pred):
+    def claim(text, needs, judge):
+        """judge(P, t) -> (verdict, [(comparison, interval, verdict)]); one line per claim, then the
+        setting-by-setting verdicts with the comparisons that decide them."""
         missing = [m for m in needs if m not in methods]
-        lines.append(f"- {text}: " + (count(pred) if not missing else f"not judged (this run lacks {', '.join(missing)})")
-                     + ".")
+        if missing:
+            lines.append(f"- {text}: not judged (this run lacks {', '.join(missing)}).")
+            return
+        got = {(P, t): judge(P, t) for P, t in configs}
+        counts = {w: sum(v == w for v, _ in got.values()) for w in (HOLDS, FAILS, INCONCLUSIVE)}
+        overall = all_of([v for v, _ in got.values()])
+        lines.append(f"- {text}: {overall} (holds in {counts[HOLDS]}, does not hold in {counts[FAILS]}, "
+                     f"inconclusive in {counts[INCONCLUSIVE]} of {len(configs)} settings).")
+        for (P, t), (v, parts) in got.items():
+            if v == HOLDS:  # the comparison nearest to failing
+                shown = [max(parts, key=lambda c: c[1].hi if c[3] == "below" else abs(c[1].mean))]
+            else:
+                shown = [c for c in parts if c[2] == v]
+            lines.append(f"    P = {P}, τ = {data['periods'][t]}: {v}; "
+                         + "; ".join(f"{name} {iv}" for name, iv, _, _ in shown))
 
-    lines.append("The paper's claims, judged by the final training loss:")
+    def below_all(a, others):
+        """The claim "a below each of others"."""
+        def judge(P, t):
+            parts = []
+            for b in others:
+                v, iv = below(seeds[P, t, a] - seeds[P, t, b])
+                parts.append((f"{a} − {b}", iv, v, "below"))
+            return all_of([v for _, _, v, _ in parts]), parts
+        return judge
+
+    def hessian_beats_sgd(P, t):
+        parts = [c for h in HESSIAN for c in below_all(h, ("EASGD", "EAMSGD"))(P, t)[1]]
+        return all_of([v for _, _, v, _ in parts]), parts
+
+    def close_to_oracle(P, t):
+        margin = EQUAL_MARGIN * loss[P, t, "EAHES-OM"]
+        v, iv = equal(seeds[P, t, "DEAHES-O"] - seeds[P, t, "EAHES-OM"], margin)
+        return v, [(f"DEAHES-O − EAHES-OM (margin ±{margin:.4f})", iv, v, "equal")]
+
+    lines.append(f"The paper's claims, judged by the final training loss: paired differences over the "
+                 f"{data['seeds']} seeds (a seed gives every method the same draws), mean ± half-width of the 95% "
+                 "Student-t interval; a claim holds in a setting when the interval lies wholly on its side of 0 (of "
+                 f"the margin, for \"close\"), does not hold when wholly on the other, else inconclusive; over the "
+                 "settings, it holds when it holds in every one and does not hold when it fails in any.")
     claim("AdaHessian methods beat the SGD methods (each of EAHES, EAHES-O, EAHES-OM, DEAHES-O below both EASGD and "
-          "EAMSGD)", HESSIAN + ("EASGD", "EAMSGD"),
-          lambda P, t: max(loss[P, t, m] for m in HESSIAN) < min(loss[P, t, "EASGD"], loss[P, t, "EAMSGD"]))
-    claim("Overlap helps (EAHES-O below EAHES)", ("EAHES-O", "EAHES"), lambda P, t: loss[P, t, "EAHES-O"] < loss[P, t, "EAHES"])
-    claim("The oracle EAHES-OM is the best of the six", ("EAHES-OM",) + tuple(METHODS),
-          lambda P, t: loss[P, t, "EAHES-OM"] <= min(loss[P, t, m] for m in METHODS))
+          "EAMSGD)", HESSIAN + ("EASGD", "EAMSGD"), hessian_beats_sgd)
+    claim("Overlap helps (EAHES-O below EAHES)", ("EAHES-O", "EAHES"), below_all("EAHES-O", ("EAHES",)))
+    others = ("EASGD", "EAMSGD", "EAHES", "EAHES-O", "DEAHES-O")
+    claim("The oracle EAHES-OM is the best of the six", ("EAHES-OM",) + others, below_all("EAHES-OM", others))
     claim("DEAHES-O beats EASGD, EAMSGD, EAHES and EAHES-O", ("DEAHES-O", "EASGD", "EAMSGD", "EAHES", "EAHES-O"),
-          lambda P, t: loss[P, t, "DEAHES-O"] < min(loss[P, t, m] for m in ("EASGD", "EAMSGD", "EAHES", "EAHES-O")))
+          below_all("DEAHES-O", ("EASGD", "EAMSGD", "EAHES", "EAHES-O")))
+    claim(f"DEAHES-O is close to the oracle (within ±{EQUAL_MARGIN:.0%} of the oracle's loss)", ("DEAHES-O", "EAHES-OM"),
+          close_to_oracle)
     if "DEAHES-O" in methods:
         d = [loss[P, t, "DEAHES-O"] for P, t in configs]
         p0, p1, t1 = data["workers"][0], data["workers"][-1], len(data["periods"]) - 1
-        lines.append(f"- More workers or a longer period do not visibly hurt: DEAHES-O's final loss ranges over "
+        lines.append(f"- DEAHES-O across settings (a description, not a verdict: a longer period takes more local "
+                     f"steps per round): its final loss ranges over "
                      f"{min(d):.4f}–{max(d):.4f} across the {len(configs)} settings (P = {p0} → {p1} at "
                      f"τ = {data['periods'][0]}: {loss[p0, 0, 'DEAHES-O']:.4f} → {loss[p1, 0, 'DEAHES-O']:.4f}; "
                      f"τ = {data['periods'][0]} → {data['periods'][t1]} at P = {p0}: "
@@ -187,7 +263,7 @@ def findings(data: dict) -> str:
                 after = (f" ({int(R[(P, 'DEAHES-O')]['positives'][t].sum())} exchanges after a failure)"
                          if "DEAHES-O" in scored else "")
                 lines.append(f"  P = {P}, τ = {tau}: a0 = {data[f'a0_P{P}'][t]:.3g}; AUC {aucs}{after}")
-    if data["preset"] != "full":
+    if data["preset"].startswith("quick"):
         lines.append(f"This is the {data['preset']} preset ({data['dataset']}, {data['rounds']} rounds): the curves have "
                      "not flattened, and the comparison may change over the full preset.")
     return "\n".join(lines) + "\n"
@@ -218,12 +294,13 @@ def plot(data: dict, path: str) -> None:
                 ax.set_yscale("log")
             ax.grid(alpha=0.3)
     axes[0, 0].legend(fontsize=7)
-    fig.suptitle(f"Elastic averaging with exchanges lost w.p. 1/3 ({data.get('semantics', 'suppressed')}): {data['dataset']} ({data['preset']} preset, "
+    lost = "long outages" if data.get("failures", "iid") == "outages" else "exchanges lost w.p. 1/3"
+    fig.suptitle(f"Elastic averaging with {lost} ({data.get('semantics', 'suppressed')}): {data['dataset']} ({data['preset']} preset, "
                  f"mean ± std over {data['seeds']} seeds)", fontsize=10)
     save_figure(fig, path)
 
 
-_META = ("preset", "dataset", "rounds", "seeds", "train_size", "test_size", "semantics")
+_META = ("preset", "dataset", "rounds", "seeds", "train_size", "test_size", "semantics", "failures", "resample")
 
 
 def save_data(path: str, data: dict) -> None:
@@ -242,7 +319,7 @@ def save_data(path: str, data: dict) -> None:
 def load_data(path: str) -> dict:
     """The inverse of :func:`save_data`."""
     with np.load(path, allow_pickle=False) as z:
-        data = {k: z[f"meta_{k}"].item() for k in _META}
+        data = {k: z[f"meta_{k}"].item() for k in _META if f"meta_{k}" in z.files}  # older files lack some
         data.update(round=z["round"], periods=z["periods"].tolist(), workers=z["workers"].tolist(), runs={})
         for P in data["workers"]:
             data[f"a0_P{P}"], data[f"a0_seconds_P{P}"] = z[f"a0_P{P}"], float(z[f"a0_seconds_P{P}"])
@@ -272,6 +349,8 @@ def rows(data: dict) -> list[dict]:
 
 
 def stem(data: dict) -> str:
+    if data["preset"] == "medium":
+        return "deahes_medium"
     semantics = data.get("semantics", "suppressed")
     return "deahes" if semantics == "suppressed" else f"deahes_{semantics}"
 

@@ -261,10 +261,9 @@ def test_deahes_part_equals_a_direct_sweep_and_redraws(tmp_path, monkeypatch):
     from sim.models import cnn_classifier
 
     tiny = dataclasses.replace(setup.PRESETS["quick"], name="tiny", rounds=3, seeds=2, train_size=192, eval_size=96,
-                               test_size=96)
+                               test_size=96, periods=(1, 2), resample=True)
     monkeypatch.setitem(deahes.PRESETS, "tiny", tiny)
     monkeypatch.setattr(deahes, "WORKERS", (2,))
-    monkeypatch.setattr(deahes, "PERIODS", (1, 2))
     # three of the six methods (each compiles its own CNN program): EAHES-O also calibrates a0
     keep = ("EAMSGD", "EAHES-O", "DEAHES-O")
     monkeypatch.setattr(deahes, "METHODS", keep)
@@ -273,16 +272,19 @@ def test_deahes_part_equals_a_direct_sweep_and_redraws(tmp_path, monkeypatch):
     assert cli.main(["figure", "deahes", "--preset", "tiny", "--out", str(out)]) == 0
     data = deahes.load_data(str(out / "deahes.npz"))
 
-    # an independent run of one part: EAMSGD on the disjoint split, failures drawn as the figure does
+    # an independent run of one part: EAMSGD on the disjoint split, seed 1's own split, initial
+    # model and failure draws (the preset resamples every source per seed), beside seed 0's
     _, Xtr, ytr, Xte, yte = setup.dataset(tiny, None)
     prob = cnn_classifier(Xtr, ytr, Xte, yte, num_workers=2, split="iid", batch_size=setup.BATCH, eval_size=96,
-                          dtype=np.float32)
+                          seed=1, dtype=np.float32)
     failing = schedules.with_failures(schedules.fixed_computation(np.ones(2), num_events=6),
-                                      probability=setup.FAILURE_P, seed=2)
+                                      probability=setup.FAILURE_P, seed=1000 * 2 + 1)
     direct = sim.sweep(ea.eamsgd(learning_rate=setup.LR, momentum=setup.MOMENTUM, alpha=setup.ALPHA), prob, failing,
-                       keys=jax.random.split(jax.random.key(0), 2), hparams={"period": np.asarray([1, 2], np.int32)},
+                       keys=jax.random.key(1)[None], hparams={"period": np.asarray([1, 2], np.int32)},
                        log_every=2, runs="map")
-    np.testing.assert_array_equal(data["runs"][(2, "EAMSGD")]["loss"], np.asarray(direct.metrics["loss"]))
+    loss = data["runs"][(2, "EAMSGD")]["loss"]  # [τ, seeds, logs]
+    np.testing.assert_array_equal(loss[:, 1:], np.asarray(direct.metrics["loss"]))
+    assert not np.array_equal(loss[:, 0], loss[:, 1])
     assert np.all(np.isfinite(data["runs"][(2, "DEAHES-O")]["auc"]) | (data["runs"][(2, "DEAHES-O")]["positives"] == 0))
     text = (out / "deahes.txt").read_text()
     assert "DEAHES-O beats EASGD, EAMSGD, EAHES and EAHES-O: not judged (this run lacks EASGD, EAHES)" in text
