@@ -58,7 +58,7 @@ from delaylab.deahes import (DEAD_ZONE, HESSIAN, KAPPA, METHODS, PRESETS, WORKER
                              problems, schedules_for, sweep, trend_spread)
 from paper_figures._figure import Figure, Parts
 from paper_figures._output import save_figure
-from paper_figures._verdicts import FAILS, HOLDS, INCONCLUSIVE, all_of, below, equal
+from delaylab.claims import FAILS, HOLDS, INCONCLUSIVE, all_of, below, equal
 
 EQUAL_MARGIN = 0.02  # "close": the paired difference's interval within ±2% of the oracle's loss
 

@@ -17,7 +17,7 @@ runs every reading of them on the same settings and judges the paper's claims un
   (it makes no progress, and restarts from its model at the outage's start).
 
 Claims (spec §1, last bullet), each judged per (failure model, semantics, reading) on the final
-training loss from paired differences over seeds, with a 95% interval (``paper_figures._verdicts``):
+training loss from paired differences over seeds, with a 95% interval (``delaylab.claims``):
 the oracle EAHES-OM is best (below each other method); DEAHES-O is close to the oracle (the 95%
 interval of their paired difference inside ±2% of the oracle's loss); DEAHES-O is ahead of
 EAHES-O, EAHES, EAMSGD and EASGD. "Ramp use" (1 − mean h2 / α over delivered exchanges; 0 when
@@ -45,7 +45,7 @@ import numpy as np
 from algos import elastic as ea
 from delaylab.deahes import ALPHA, BATCH, FAILURE_P, KAPPA, LR, MOMENTUM, dataset
 from paper_figures._figure import Figure, Parts
-from paper_figures._verdicts import FAILS, HOLDS, all_of, below, equal
+from delaylab.claims import FAILS, HOLDS, all_of, below, equal
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,7 +283,7 @@ def findings(data: dict) -> str:
 
 
 def _fmt(v) -> str:
-    from paper_figures._verdicts import paired_interval
+    from delaylab.claims import paired_interval
 
     iv = paired_interval(v)
     return f"{iv.mean:.4f} ± {iv.half:.4f}"
@@ -301,7 +301,7 @@ def rows(data: dict) -> list[dict]:
 
 def plot(data: dict, path: str) -> None:
     from paper_figures._output import pyplot, save_figure
-    from paper_figures._verdicts import paired_interval
+    from delaylab.claims import paired_interval
 
     plt = pyplot()
     names = list(BASELINES) + [f"EAHES-OM ({o})" for o in data["oracles"]]

@@ -309,7 +309,7 @@ def test_without_failures_deahes_o_at_its_default_reading_is_eahes_o():
     interval of the paired final-loss difference inside ±2% of EAHES-O's loss) and every seed's
     mean h1 stays within 10% of α; the reading without a dead zone (ramp from a = 0, cap 1) fires
     on the trend's ordinary fluctuations (mean h1 above 1.3 α), so the check can fail."""
-    from paper_figures import _verdicts as V
+    from delaylab import claims as V
     from sim.models import mlp_classifier
 
     P, rounds, alpha = 4, 40, 0.1

@@ -1,0 +1,215 @@
+"""The claims harness: how a figure turns runs into a verdict on a paper's claim.
+
+Three pieces, used by every figure that states a verdict (and by a notebook the same way):
+
+**Seeds that resample every random source.** :func:`seed_sources` derives, from one seed, an
+independent integer seed for each named source of randomness a figure has (data split, timing
+draws, initial model, minibatches, failures, ...), by NumPy's ``SeedSequence`` keyed on the seed
+and the source's name; changing the seed changes every source, and two sources of one seed never
+share a stream. :func:`disjoint_seeds` gives the seeds that tune steps and the seeds that are
+reported, never the same.
+
+**Steps that bracket the optimum.** :func:`bracket` evaluates a score (lower is better; a diverged
+run scores ``inf``) on a geometric grid of steps; while the best step sits at an edge of what has
+been evaluated, it extends the grid on that side by the grid's own ratio, up to ``max_extend``
+new steps per side. The result says whether the best step is interior; a verdict that depends on
+a step at an edge is :data:`INCONCLUSIVE` (:func:`gated`), with the reason.
+
+**Verdicts from paired differences over seeds.** A claim "A is below B" is judged on
+d_s = A_s − B_s over seeds s (a seed gives both runs the same random draws, so the difference
+cancels what they share): a 95% Student-t interval of mean(d) (t, not a bootstrap: with 3–10
+seeds the bootstrap's percentile interval is too narrow; the t interval covers at its nominal rate
+for normal differences, which ``tests/delaylab/test_claims.py`` checks by simulation). The claim
+holds when the whole interval lies below 0, does not hold when the whole interval lies above 0,
+and is inconclusive otherwise. A claim "A equals B" is judged by an equivalence margin δ stated
+with it: it holds when the whole interval lies inside [−δ, δ], does not hold when the whole
+interval lies outside it, and is inconclusive otherwise (an interval that merely contains 0 says
+nothing). A ratio claim is judged on log ratios (:func:`ratio_below`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import zlib
+from typing import Callable, NamedTuple, Sequence
+
+import numpy as np
+
+HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
+VERDICTS = (HOLDS, FAILS, INCONCLUSIVE)
+
+
+# --------------------------------------------------------------------------------------------
+# intervals and verdicts
+
+
+class Interval(NamedTuple):
+    mean: float
+    half: float  # half-width of the 95% interval (nan with fewer than 2 seeds)
+    n: int
+
+    @property
+    def lo(self) -> float:
+        return self.mean - self.half
+
+    @property
+    def hi(self) -> float:
+        return self.mean + self.half
+
+    def __str__(self) -> str:
+        return f"{self.mean:+.4f} ± {self.half:.4f}"
+
+
+def paired_interval(d: Sequence[float], level: float = 0.95) -> Interval:
+    """The mean of the paired differences ``d`` and the half-width of its Student-t interval."""
+    from scipy import stats
+
+    d = np.asarray(d, np.float64).ravel()
+    n = d.size
+    if n < 2:
+        return Interval(float(d.mean()) if n else float("nan"), float("nan"), n)
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * d.std(ddof=1) / np.sqrt(n))
+    return Interval(float(d.mean()), half, n)
+
+
+def below(d: Sequence[float]) -> tuple[str, Interval]:
+    """The claim "mean(d) < 0" (A below B, with d = A − B)."""
+    iv = paired_interval(d)
+    if not np.isfinite(iv.half):
+        return INCONCLUSIVE, iv
+    return (HOLDS if iv.hi < 0 else FAILS if iv.lo > 0 else INCONCLUSIVE), iv
+
+
+def ratio_below(a: Sequence[float], b: Sequence[float], bound: float = 1.0) -> tuple[str, Interval]:
+    """The claim "A/B < bound", judged on the paired log ratios log(A_s/B_s) − log(bound); the
+    interval returned is of the mean log ratio (exp of its ends bounds the geometric-mean ratio)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if np.any(a <= 0) or np.any(b <= 0):
+        raise ValueError("ratio_below needs positive quantities")
+    verdict, iv = below(np.log(a / b) - math.log(bound))
+    return verdict, Interval(iv.mean + math.log(bound), iv.half, iv.n)
+
+
+def equal(d: Sequence[float], margin: float) -> tuple[str, Interval]:
+    """The claim "|mean(d)| ≤ margin", by its 95% interval (module docstring)."""
+    iv = paired_interval(d)
+    if not np.isfinite(iv.half):
+        return INCONCLUSIVE, iv
+    if -margin <= iv.lo and iv.hi <= margin:
+        return HOLDS, iv
+    if iv.lo > margin or iv.hi < -margin:
+        return FAILS, iv
+    return INCONCLUSIVE, iv
+
+
+def all_of(verdicts: Sequence[str]) -> str:
+    """A conjunction: holds if every part holds, does not hold if any part does not, else
+    inconclusive."""
+    if any(v == FAILS for v in verdicts):
+        return FAILS
+    return HOLDS if all(v == HOLDS for v in verdicts) else INCONCLUSIVE
+
+
+# --------------------------------------------------------------------------------------------
+# steps that bracket the optimum
+
+
+@dataclasses.dataclass(frozen=True)
+class Bracket:
+    """Every step evaluated (ascending) with its score, the best, and whether it is interior."""
+
+    steps: tuple
+    scores: tuple
+    best: float
+    interior: bool
+    edge: str  # "" when interior, else "lower" or "upper": the side where the limit was reached
+    extended: int  # steps added beyond the starting grid
+
+    def note(self) -> str:
+        """One line for a figure's text."""
+        if self.interior:
+            return f"best step {self.best:.4g}, interior to {self.steps[0]:.4g}–{self.steps[-1]:.4g}" + (
+                f" ({self.extended} step(s) added past the starting grid's edge)" if self.extended else "")
+        return (f"best step {self.best:.4g} at the grid's {self.edge} edge after {self.extended} extension(s) "
+                "(limit reached)")
+
+
+def bracket(score: Callable[[float], float], grid: Sequence[float], *, max_extend: int = 4,
+            ratio: float | None = None) -> Bracket:
+    """Evaluate ``score`` (lower is better; nan counts as inf) on ``grid`` and extend it
+    geometrically past an edge while the best step is there (module docstring).
+
+    ``ratio`` is the extension factor (default: the grid's own, the geometric mean of its
+    consecutive ratios); at most ``max_extend`` steps are added on each side. Ties go to the
+    smaller step. Each step is evaluated once."""
+    g = sorted(float(s) for s in grid)
+    if len(g) < 2 or g[0] <= 0 or len(set(g)) != len(g):
+        raise ValueError(f"bracket needs at least 2 distinct positive steps; got {list(grid)!r}")
+    r = float(ratio) if ratio is not None else (g[-1] / g[0]) ** (1.0 / (len(g) - 1))
+    if not r > 1.0:
+        raise ValueError(f"bracket's ratio must be > 1; got {r!r}")
+    if max_extend < 0:
+        raise ValueError(f"max_extend must be >= 0; got {max_extend!r}")
+    seen: dict = {}
+
+    def at(s: float) -> float:
+        if s not in seen:
+            v = float(score(s))
+            seen[s] = v if math.isfinite(v) else math.inf
+        return seen[s]
+
+    for s in g:
+        at(s)
+    added = {"lower": 0, "upper": 0}
+    while True:
+        steps = sorted(seen)
+        best = min(steps, key=lambda s: (seen[s], s))
+        if math.isinf(seen[best]):  # everything diverged so far: only smaller steps can help
+            edge = "lower"
+        elif best == steps[0] and len(steps) > 1:
+            edge = "lower"
+        elif best == steps[-1]:
+            edge = "upper"
+        else:
+            return Bracket(tuple(steps), tuple(seen[s] for s in steps), best, True, "", sum(added.values()))
+        if added[edge] >= max_extend:
+            return Bracket(tuple(steps), tuple(seen[s] for s in steps), best, False, edge, sum(added.values()))
+        at(steps[0] / r if edge == "lower" else steps[-1] * r)
+        added[edge] += 1
+
+
+def gated(verdict: str, brackets: Sequence[Bracket]) -> tuple[str, str]:
+    """A verdict that depends on tuned steps: inconclusive, with the reason, when any of them is
+    at a grid's edge; else the verdict unchanged (and an empty reason)."""
+    edges = [b for b in brackets if not b.interior]
+    if edges:
+        return INCONCLUSIVE, "best step at the grid's edge (limit reached): " + "; ".join(b.note() for b in edges)
+    return verdict, ""
+
+
+# --------------------------------------------------------------------------------------------
+# seeds
+
+
+def seed_sources(seed: int, sources: Sequence[str]) -> dict:
+    """name -> an independent 32-bit seed for each random source of one seed (module docstring).
+
+    Keyed on (seed, crc32 of the name), so adding a source does not change the others."""
+    if int(seed) < 0:
+        raise ValueError(f"seed must be >= 0; got {seed!r}")
+    if len(set(sources)) != len(sources):
+        raise ValueError(f"source names must be distinct; got {list(sources)!r}")
+    out = {}
+    for name in sources:
+        ss = np.random.SeedSequence([int(seed), zlib.crc32(name.encode())])
+        out[name] = int(ss.generate_state(1, np.uint32)[0])
+    return out
+
+
+def disjoint_seeds(tune: int, report: int, *, offset: int = 10_000) -> tuple[list, list]:
+    """(tuning seeds, reported seeds): ``report`` seeds 0, 1, … and ``tune`` seeds from
+    ``offset`` on, so that no step is chosen on a seed it is reported on."""
+    if tune < 0 or report < 0 or report > offset:
+        raise ValueError(f"need 0 <= tune, 0 <= report <= offset; got {tune}, {report}, {offset}")
+    return [offset + i for i in range(tune)], list(range(report))

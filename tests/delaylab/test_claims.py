@@ -1,0 +1,177 @@
+"""The verdict words read off paired 95% intervals (delaylab.claims), against intervals
+computed here from the t quantiles themselves."""
+
+import math
+
+import numpy as np
+import pytest
+
+from delaylab import claims as V
+
+
+def test_paired_interval_is_the_student_t_interval():
+    d = np.array([0.1, 0.3, 0.2, 0.6])
+    iv = V.paired_interval(d)
+    # t_{0.975, 3} = 3.182446305...
+    assert iv.mean == pytest.approx(0.3)
+    assert iv.half == pytest.approx(3.1824463052842638 * np.std(d, ddof=1) / 2, rel=1e-12)
+    assert np.isnan(V.paired_interval([0.2]).half)
+
+
+@pytest.mark.parametrize("d,want", [([-0.3, -0.2, -0.25], V.HOLDS), ([0.3, 0.2, 0.25], V.FAILS),
+                                    ([-0.3, 0.2, 0.0], V.INCONCLUSIVE), ([-0.1], V.INCONCLUSIVE)])
+def test_below(d, want):
+    assert V.below(d)[0] == want
+
+
+def test_equal_needs_the_whole_interval_inside_the_margin():
+    assert V.equal([0.001, -0.002, 0.0005], margin=0.01)[0] == V.HOLDS
+    # contains 0 but is wide: says nothing
+    assert V.equal([0.3, -0.25, 0.1], margin=0.01)[0] == V.INCONCLUSIVE
+    assert V.equal([0.2, 0.25, 0.22], margin=0.01)[0] == V.FAILS
+    assert V.all_of([V.HOLDS, V.HOLDS]) == V.HOLDS
+    assert V.all_of([V.HOLDS, V.INCONCLUSIVE]) == V.INCONCLUSIVE
+    assert V.all_of([V.INCONCLUSIVE, V.FAILS]) == V.FAILS
+
+
+def _synthetic_readings_data(oracle_loss):
+    """deahes_readings' data for 4 seeds, built by hand: baselines at fixed losses, the oracle at
+    ``oracle_loss``, every DEAHES-O reading 0.004 above the oracle (inside the 2% margin of 0.5);
+    a jitter per seed shared by its runs, and a smaller one per run."""
+    from paper_figures import deahes_readings as R
+
+    rng = np.random.default_rng(0)
+    base = {"EASGD": 2.0, "EAMSGD": 1.9, "EAHES": 1.0, "EAHES-O": 0.9}
+    seeds = []
+    for _ in range(4):
+        j = rng.normal(scale=0.002)  # shared by a seed's runs, plus each run's own jitter
+        loss = {}
+        for sem in R.SEMANTICS:
+            for fm in R.FAILURE_MODELS:
+                for m, v in base.items():
+                    loss[(sem, fm, m)] = np.array([v + j + rng.normal(scale=0.0003)])
+                for o in R.ORACLES:
+                    loss[(sem, fm, f"EAHES-OM ({o})")] = np.array([oracle_loss + j + rng.normal(scale=0.0003)])
+                loss[(sem, fm, "DEAHES-O")] = oracle_loss + 0.004 + j + rng.normal(scale=0.0003, size=len(R.READINGS))
+        seeds.append({"loss": loss, "clean_eahes_o": 0.9 + j,
+                      "clean_deahes_o": np.array([0.9 + j + (0.3 if k == 0 else 0.0) for k in range(len(R.READINGS))]),
+                      "clean_h1": np.array([0.3 if k == 0 else 0.1 for k in range(len(R.READINGS))]),
+                      "clean_ramp": np.zeros(len(R.READINGS)),
+                      "ramp": {(sem, fm): np.full(len(R.READINGS), 0.1) for sem in R.SEMANTICS for fm in R.FAILURE_MODELS},
+                      "lost": {"iid 1/3": 0.33, "outages": 0.33}, "a0": 0.05, "a_mean": 0.05, "a_sd": 0.025})
+    return {"preset": "test", "dataset": "none", "workers": 4, "period": 1, "rounds": 10, "seeds": seeds,
+            "readings": list(R.READINGS), "oracles": list(R.ORACLES)}
+
+
+def test_readings_verdicts_follow_the_paired_differences():
+    from paper_figures import deahes_readings as R
+
+    good = _synthetic_readings_data(oracle_loss=0.5)  # the oracle best, DEAHES-O next to it
+    got = R.claims(good, "suppressed", "outages", R.DEFAULT_READING, "full reset")
+    assert [v for v, _ in got.values()] == [V.HOLDS] * 3
+    sane = R.sanity(good)
+    assert sane["no dead zone, cap 1"][0] == V.FAILS and sane[R.DEFAULT_READING][0] == V.HOLDS
+    assert "Readings that reproduce every claim and pass the sanity check: dead zone a0" in R.findings(good)
+    bad = _synthetic_readings_data(oracle_loss=1.5)  # the oracle behind EAHES and EAHES-O
+    got = R.claims(bad, "stale", "iid 1/3", R.DEFAULT_READING, "master side")
+    assert got["the oracle EAHES-OM is best"][0] == V.FAILS
+    assert got["DEAHES-O ahead of EAHES-O, EAHES, EAMSGD, EASGD"][0] == V.FAILS
+    assert "pass the sanity check: none on this preset" in R.findings(bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# the harness's other pieces: bracketing, coverage, ratios, seeds
+
+
+def test_bracket_extends_past_an_edge_and_stops_at_an_interior_optimum():
+    """score(γ) = (log γ − log γ*)²: with γ* = 0.004 the starting grid's best, 0.01, is at its lower
+    edge; one step down (0.001, the grid's ratio 10) is worse, so 0.01 is interior; with γ* = 3e-4
+    the walk goes down twice more."""
+    calls = []
+
+    def score(g, star=0.004):
+        calls.append(g)
+        return (np.log(g) - np.log(star)) ** 2
+
+    b = V.bracket(score, [0.01, 0.1, 1.0])
+    assert b.interior and b.edge == "" and b.best == pytest.approx(0.01) and b.extended == 1
+    assert b.steps[0] == pytest.approx(0.001)
+    assert len(calls) == len(set(calls)) == 4  # every step evaluated once
+    assert "interior" in b.note()
+    b = V.bracket(lambda g: score(g, 3e-4), [0.01, 0.1, 1.0])
+    # |log(1e-4/3e-4)| = 1.10 < |log(1e-3/3e-4)| = 1.20: 1e-4 is best, 1e-5 brackets it
+    assert b.interior and b.best == pytest.approx(1e-4, rel=1e-9) and b.extended == 3
+    assert b.steps[0] == pytest.approx(1e-5, rel=1e-9)
+
+
+def test_bracket_optimum_inside_the_starting_grid_adds_nothing():
+    b = V.bracket(lambda g: (g - 0.2) ** 2, [0.05, 0.1, 0.2, 0.4, 0.8])
+    assert b.interior and b.best == 0.2 and b.extended == 0 and b.steps == (0.05, 0.1, 0.2, 0.4, 0.8)
+
+
+def test_bracket_stops_at_its_limit_and_says_so():
+    b = V.bracket(lambda g: -g, [1.0, 2.0, 4.0], max_extend=3)  # better and better upward: never interior
+    assert not b.interior and b.edge == "upper" and b.extended == 3 and b.best == pytest.approx(32.0)
+    assert "limit reached" in b.note()
+    verdict, why = V.gated(V.HOLDS, [b])
+    assert verdict == V.INCONCLUSIVE and "grid's edge" in why
+    assert V.gated(V.FAILS, [V.bracket(lambda g: (g - 2.0) ** 2, [1.0, 2.0, 4.0])]) == (V.FAILS, "")
+
+
+def test_bracket_treats_divergence_as_the_worst_score_and_steps_down():
+    """Every step of the grid diverges (nan/inf) above 0.02: the bracket walks down to it."""
+    b = V.bracket(lambda g: np.nan if g > 0.02 else (np.log(g) - np.log(0.004)) ** 2, [0.1, 0.2, 0.4], ratio=2.0,
+                  max_extend=8)
+    # 0.1 / 2⁵ = 0.003125 is nearest 0.004 in log; 0.0015625 brackets it
+    assert b.interior and b.best == pytest.approx(0.003125) and b.extended == 6 and math.isinf(max(b.scores))
+
+
+@pytest.mark.parametrize("bad", [[0.1], [0.1, 0.1], [-0.1, 0.2], [0.0, 1.0]])
+def test_bracket_refuses_a_grid_it_cannot_extend(bad):
+    with pytest.raises(ValueError, match="at least 2 distinct positive steps"):
+        V.bracket(lambda g: g, bad)
+
+
+def test_the_t_interval_covers_at_its_nominal_rate():
+    """2,000 simulated experiments of 5 paired differences with known mean 0.3 (normal, sd 1): the
+    95% t interval covers 0.3 in 95% of them, within 3 binomial sds (0.0146); the z interval
+    (1.96, the error a bootstrap-like normal approximation makes at n = 5) covers only about 88%."""
+    rng = np.random.default_rng(1)
+    d = rng.normal(0.3, 1.0, size=(2000, 5))
+    ivs = [V.paired_interval(x) for x in d]
+    cover = np.mean([iv.lo <= 0.3 <= iv.hi for iv in ivs])
+    assert abs(cover - 0.95) < 3 * np.sqrt(0.95 * 0.05 / 2000)
+    z = np.mean(np.abs(d.mean(1) - 0.3) <= 1.96 * d.std(1, ddof=1) / np.sqrt(5))
+    assert z < 0.91  # the test can tell the right quantile from the wrong one
+
+
+def test_ratio_below_is_judged_on_log_ratios():
+    a, b = np.array([1.0, 1.2, 0.9, 1.1]), np.array([2.0, 2.1, 1.9, 2.2])
+    verdict, iv = V.ratio_below(a, b, bound=1.0)
+    assert verdict == V.HOLDS and iv.mean == pytest.approx(np.mean(np.log(a / b)))
+    assert V.ratio_below(a, b, bound=0.3)[0] == V.FAILS  # the ratios are about 0.5, above 0.3
+    with pytest.raises(ValueError, match="positive"):
+        V.ratio_below([1.0, -1.0], [1.0, 1.0])
+
+
+def test_a_seed_resamples_the_split_the_timing_and_the_initial_model():
+    from sim.data import split_dirichlet
+    from sim.models import mlp_classifier
+    from sim.schedules.timing import RandomTiming
+
+    sources = ("split", "timing", "init", "minibatches")
+    s0, s1 = V.seed_sources(0, sources), V.seed_sources(1, sources)
+    assert len(set(s0.values())) == len(sources)  # one seed's sources never share a stream
+    assert all(s0[k] != s1[k] for k in sources)
+    assert V.seed_sources(0, sources[:2]) == {k: s0[k] for k in sources[:2]}  # adding a source changes no other
+    y = np.repeat(np.arange(4), 10)
+    split = [split_dirichlet(y, 4, 0.5, seed=s["split"]) for s in (s0, s1)]
+    assert not all(np.array_equal(a, b) for a, b in zip(split[0], split[1]))
+    dur = [RandomTiming(np.arange(1.0, 4.0), seed=s["timing"]).durations(5) for s in (s0, s1)]
+    assert not np.array_equal(dur[0], dur[1])
+    X = np.random.default_rng(0).normal(size=(40, 6)).astype(np.float32)
+    x0 = [mlp_classifier(X, y, num_workers=2, split="iid", hidden=4, seed=s["init"]).x0 for s in (s0, s1)]
+    leaves = [np.concatenate([np.ravel(v) for v in __import__("jax").tree_util.tree_leaves(x)]) for x in x0]
+    assert not np.array_equal(leaves[0], leaves[1])
+    tune, report = V.disjoint_seeds(3, 5)
+    assert report == [0, 1, 2, 3, 4] and not set(tune) & set(report)
