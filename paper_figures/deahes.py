@@ -32,15 +32,16 @@ over the test set; both every ``log_rounds`` rounds.
 Presets: ``quick`` uses scikit-learn's 8×8 digits (the CNN unchanged, its convolutions on 8×8 and
 4×4 images) and 20 rounds; ``full`` uses MNIST where present, else Fashion-MNIST (Debian), and
 150 rounds; it is sized for an accelerator. ``medium`` is the deciding preset of this CPU: Fashion-MNIST
-(or MNIST) averaged to 14×14 (2×2 blocks; the CNN unchanged), F on 2,000 class-stratified training
-images and accuracy on the first 2,000 test images every 5 rounds, 100 rounds, τ ∈ {1, 4}, 3 seeds,
+(or MNIST) averaged to 14×14 (2×2 blocks; the CNN unchanged), F on 1,000 class-stratified training
+images and accuracy on the first 1,000 test images every 10 rounds, 100 rounds, τ ∈ {1, 4}, 3 seeds,
 the failure model under which the claims can be decided (long outages of 5–20 rounds covering a
 third of each worker's exchanges, stale semantics: a stalled worker restarts from its model at the
 outage's start; ``deahes-readings`` found i.i.d. losses of a third of the exchanges cost little and
 leave a detector nothing to find), and every seed resamples every random source: its split, initial
-model, evaluation subset, minibatches, probes and outages (one sweep per seed and method, and one
-a0 calibration per seed, on that seed's failure-free run). At 28×28 the worker steps dominate its
-cost on 2 cores and it would take about 7.5 h (benchmarks/RESULTS.md), hence the 14×14 images. Each finished (P, method) sweep is stored under
+model, evaluation subset, minibatches, probes and outages (one sweep per seed and method); a0 is
+calibrated once per P on a failure-free run of its own seed (``CALIBRATION_SEED``), disjoint from
+the reported seeds. At 28×28 the worker steps dominate its cost on 2 cores and it would take about
+8 h (benchmarks/RESULTS.md), hence the 14×14 images. Each finished (P, method) sweep is stored under
 ``<out>/.parts/deahes_<preset>/`` and reused when a stopped run is restarted with the same
 configuration and code; the parts are deleted once the figure is written. Every curve is kept in
 ``deahes.npz``, from which ``delaylab figure deahes --redraw`` redraws the figure and text.
@@ -54,7 +55,7 @@ import jax
 import numpy as np
 
 from algos import elastic as ea
-from delaylab.deahes import (DEAD_ZONE, HESSIAN, KAPPA, METHODS, PRESETS, WORKERS, Preset, algorithms, dataset,
+from delaylab.deahes import (CALIBRATION_SEED, DEAD_ZONE, HESSIAN, KAPPA, METHODS, PRESETS, WORKERS, Preset, algorithms, dataset,
                              problems, schedules_for, sweep, trend_spread)
 from paper_figures._figure import Figure, Parts
 from paper_figures._output import save_figure
@@ -79,7 +80,7 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
     out = {"preset": cfg.name, "dataset": data_name, "rounds": cfg.rounds, "seeds": cfg.seeds, "train_size": len(ytr),
            "test_size": len(yte), "semantics": semantics, "periods": list(cfg.periods), "workers": list(WORKERS),
            "failures": cfg.failures, "resample": bool(cfg.resample), "runs": {}}
-    total, done = len(WORKERS) * len(_units(cfg)) * (1 + len(METHODS)), 0
+    total, done = len(WORKERS) * (1 + len(_units(cfg)) * len(METHODS)), 0
 
     def part(P, label, seed, key_extra, fn):
         nonlocal done
@@ -94,32 +95,42 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
             how = "stored part reused" if reused else f"{float(got['seconds']):.0f} s"
             print(f"  deahes [{done}/{total}] {what}; {how}", flush=True)
 
+    def setup(P, seed):
+        """(problems, failure-free schedule, failing schedule, keys) of a seed (None: the shared set-up)."""
+        keys = jax.random.split(jax.random.key(0), cfg.seeds) if seed is None else jax.random.key(seed)[None]
+        return (problems(P, cfg, Xtr, ytr, Xte, yte, seed=seed or 0),) + schedules_for(P, cfg, seed=seed or 0) + (keys,)
+
     taus = ", ".join(map(str, cfg.periods))
     for P in WORKERS:
         algs = algorithms(trace=P * cfg.rounds, failure=semantics)
-        got_by = {m: [] for m in ("calibration",) + tuple(algs)}
+        got_by = {m: [] for m in algs}
+        # a0 from failure-free EAHES-O runs (the same compiled program as the failing runs below): on
+        # the reported seeds where they are shared, else on a calibration seed of its own, disjoint
+        # from the reported ones (one calibration per P, not per seed: the out-of-sample reading)
+        cal_seed = None if not cfg.resample else CALIBRATION_SEED
+        shared = setup(P, None) if cal_seed is None else None
+
+        def calibrate():
+            probs, clean, _, keys = shared if shared is not None else setup(P, cal_seed)
+            calib = sweep(algs["EAHES-O"][0], probs["overlap"], clean, keys, {"period": periods}, P, cfg)
+            return {"a0": KAPPA * trend_spread(calib.state)}
+
+        cal, reused = part(P, "calibration", cal_seed, {} if cal_seed is None else {"seed": cal_seed}, calibrate)
+        a0 = np.asarray(cal["a0"], np.float64)
+        out[f"a0_P{P}"], out[f"a0_seconds_P{P}"] = a0, float(cal["seconds"])
+        tell(cal, reused, f"P={P}: a0 = {KAPPA:g} × spread of a without failures = "
+                          f"{', '.join(f'{v:.3g}' for v in a0)} (τ = {taus})"
+                          + ("" if cal_seed is None else f", on calibration seed {cal_seed}"))
         for seed in _units(cfg):
-            probs = problems(P, cfg, Xtr, ytr, Xte, yte, seed=seed or 0)
-            clean, failing = schedules_for(P, cfg, seed=seed or 0)
-            keys = (jax.random.split(jax.random.key(0), cfg.seeds) if seed is None else jax.random.key(seed)[None])
+            probs, clean, failing, keys = shared if seed is None else setup(P, seed)
             at = "" if seed is None else f" seed {seed}"
-
-            def calibrate():  # a0 from failure-free EAHES-O runs (same compiled program as the failing runs below)
-                calib = sweep(algs["EAHES-O"][0], probs["overlap"], clean, keys, {"period": periods}, P, cfg)
-                return {"a0": KAPPA * trend_spread(calib.state)}
-
-            cal, reused = part(P, "calibration", seed, {} if seed is None else {"seed": seed}, calibrate)
-            a0 = np.asarray(cal["a0"], np.float64)
-            got_by["calibration"].append(cal)
-            tell(cal, reused, f"P={P}{at}: a0 = {KAPPA:g} × spread of a without failures = "
-                              f"{', '.join(f'{v:.3g}' for v in a0)} (τ = {taus})")
             for m, (alg, split) in algs.items():
                 hp = {"period": periods}
                 if m == "DEAHES-O":  # the default reading: the ramp from a = −a0 to −2 a0, h1 up to 0.5 (algos.elastic.deahes_o)
                     hp["a0"] = a0.astype(np.float32)
                     hp["a_start"] = (-DEAD_ZONE * a0).astype(np.float32)
 
-                def run_method(alg=alg, split=split, hp=hp, m=m):
+                def run_method(alg=alg, split=split, hp=hp, m=m, probs=probs, failing=failing, keys=keys):
                     res = sweep(alg, probs[split], failing, keys, hp, P, cfg)
                     got = {"loss": np.asarray(res.metrics["loss"]), "accuracy": np.asarray(res.metrics["test_accuracy"]),
                            "diverged": np.asarray(int(np.sum(res.diverged_at >= 0))),
@@ -135,8 +146,6 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
                 tell(got, reused, f"P={P}{at} {m:9s} final loss (τ = {taus}) "
                                   f"{', '.join(f'{v:.3f}' for v in got['loss'][:, :, -1].mean(1))}")
         # the seeds' sweeps side by side (axis 1 of every [τ, seeds, ...] array)
-        out[f"a0_P{P}"] = np.mean([c["a0"] for c in got_by["calibration"]], axis=0)
-        out[f"a0_seconds_P{P}"] = float(sum(float(c["seconds"]) for c in got_by["calibration"]))
         for m in algs:
             gs = got_by[m]
             run = {k: np.concatenate([g[k] for g in gs], axis=1) for k in gs[0] if k not in ("round", "seconds", "diverged")}
