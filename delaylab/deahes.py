@@ -73,15 +73,24 @@ METHODS = ("EASGD", "EAMSGD", "EAHES", "EAHES-O", "EAHES-OM", "DEAHES-O")
 HESSIAN = ("EAHES", "EAHES-O", "EAHES-OM", "DEAHES-O")
 
 
-def algorithms(trace: int, failure: str = "suppressed") -> dict:
-    """name -> (algorithm, split); each a composition of local optimiser × split × exchange rule."""
+def algorithms(trace: int, failure: str = "suppressed", oracles: Optional[dict] = None) -> dict:
+    """name -> (algorithm, split); each a composition of local optimiser × split × exchange rule.
+
+    ``trace``: exchanges recorded by EAHES-O and DEAHES-O (for the detector's score; recording
+    changes no number). ``oracles``: {label: master_side_only} gives one oracle per reading, named
+    "EAHES-OM (label)" (:func:`algos.elastic.oracle`); default: the full reset alone, "EAHES-OM"."""
     f = dict(alpha=ALPHA, failure=failure)
+    if oracles is None:
+        om = {"EAHES-OM": (ea.eahes_om(learning_rate=LR, **f), "overlap")}
+    else:
+        om = {f"EAHES-OM ({label})": (ea.elastic_averaging(ea.adahessian(LR), exchange=ea.oracle(side), name="EAHES-OM",
+                                                            **f), "overlap") for label, side in oracles.items()}
     return {
         "EASGD": (ea.easgd(learning_rate=LR, **f), "iid"),
         "EAMSGD": (ea.eamsgd(learning_rate=LR, momentum=MOMENTUM, **f), "iid"),
         "EAHES": (ea.eahes(learning_rate=LR, **f), "iid"),
         "EAHES-O": (ea.eahes(learning_rate=LR, trace=trace, **f), "overlap"),
-        "EAHES-OM": (ea.eahes_om(learning_rate=LR, **f), "overlap"),
+        **om,
         "DEAHES-O": (ea.deahes_o(learning_rate=LR, trace=trace, **f), "overlap"),
     }
 

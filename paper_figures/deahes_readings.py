@@ -43,7 +43,7 @@ import jax
 import numpy as np
 
 from algos import elastic as ea
-from delaylab.deahes import ALPHA, BATCH, FAILURE_P, KAPPA, LR, MOMENTUM, dataset
+from delaylab.deahes import ALPHA, BATCH, FAILURE_P, KAPPA, algorithms, dataset
 from paper_figures._figure import Figure, Parts
 from delaylab.claims import FAILS, HOLDS, all_of, below, equal
 
@@ -86,19 +86,6 @@ SEMANTICS = ("suppressed", "stale")
 BASELINES = ("EASGD", "EAMSGD", "EAHES", "EAHES-O")
 EQUAL_MARGIN = 0.02  # "equal": within 2% of EAHES-O's failure-free loss
 H1_TOLERANCE = 0.10
-
-
-def _algs(semantics: str, trace: int) -> dict:
-    f = dict(alpha=ALPHA, failure=semantics)
-    return {
-        "EASGD": (ea.easgd(learning_rate=LR, **f), "iid"),
-        "EAMSGD": (ea.eamsgd(learning_rate=LR, momentum=MOMENTUM, **f), "iid"),
-        "EAHES": (ea.eahes(learning_rate=LR, **f), "iid"),
-        "EAHES-O": (ea.eahes(learning_rate=LR, trace=trace, **f), "overlap"),
-        **{f"EAHES-OM ({o})": (ea.elastic_averaging(ea.adahessian(LR), exchange=ea.oracle(side), name="EAHES-OM", **f),
-                                "overlap") for o, side in ORACLES.items()},
-        "DEAHES-O": (ea.deahes_o(learning_rate=LR, **f), "overlap"),
-    }
 
 
 def _reading_hparams(a0: float, tau: int) -> dict:
@@ -146,7 +133,7 @@ def _seed_part(cfg: Preset, seed: int, data, progress: bool) -> dict:
         return 1.0 - per_exchange(res, "h2") / ALPHA
 
     out = {"lost": {fm: float(np.mean(~s.delivered)) for fm, s in failing.items()}}
-    algs = _algs("suppressed", trace)
+    algs = algorithms(trace, "suppressed", oracles=ORACLES)
     # a0 from the trend a of a failure-free EAHES-O run with other minibatches and probes than the
     # runs judged (so that the sanity check below is out of sample)
     calib = run(algs["EAHES-O"][0], "overlap", clean, {"period": np.asarray([tau], np.int32)},
@@ -162,7 +149,7 @@ def _seed_part(cfg: Preset, seed: int, data, progress: bool) -> dict:
     out["clean_deahes_o"], out["clean_h1"], out["clean_ramp"] = final(sane), mean_h1(sane), ramp_use(sane)
     losses, h1s, ramps, aucs = {}, {}, {}, {}
     for semantics in SEMANTICS:
-        algs = _algs(semantics, trace)
+        algs = algorithms(trace, semantics, oracles=ORACLES)
         for fm, sched in failing.items():
             for name, (alg, split) in algs.items():
                 hp = _reading_hparams(a0, tau) if name == "DEAHES-O" else {"period": np.asarray([tau], np.int32)}
