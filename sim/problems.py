@@ -249,6 +249,90 @@ def random_quadratic(num_workers: int, dim: int, *, diagonal: bool = False, cond
     return quadratic(A, b, noise=noise, dtype=dtype)
 
 
+# --- a smooth nonconvex finite sum ------------------------------------------------------------
+
+
+def _pq_parts(data, x, b):
+    """(value, gradient) of ½ (x − b)ᵀ A (x − b) + λ Σ_j x_j²/(1 + x_j²)."""
+    r = x - b
+    Ar = data["A"] @ r
+    u2 = x * x
+    lam = data["penalty"]
+    return 0.5 * jnp.dot(r, Ar) + lam * jnp.sum(u2 / (1.0 + u2)), Ar + lam * 2.0 * x / (1.0 + u2) ** 2
+
+
+def _pq_value_and_grad(data, x, worker, key):
+    loss, grad = _pq_parts(data, x, data["b"][worker])
+    xi = jax.random.normal(key, x.shape, dtype=x.dtype)  # as the quadratic's: total variance σ²
+    noise_term = data["noise"] * xi / jnp.sqrt(jnp.asarray(x.shape[0], x.dtype))
+    return loss + jnp.dot(noise_term, x), grad + noise_term
+
+
+def _pq_local_objectives(data, x):
+    return jax.vmap(lambda b: _pq_parts(data, x, b)[0])(data["b"])
+
+
+def _pq_loss(data, x, worker, key):
+    return _pq_value_and_grad(data, x, worker, key)[0]
+
+
+_PENALISED = ProblemFns(_pq_value_and_grad, _pq_local_objectives, loss=_pq_loss)
+
+
+def nonconvex_quadratic(num_workers: int, dim: int, *, penalty: float = 4.0, condition: float = 4.0,
+                        heterogeneity: float = 1.0, noise: float = 1.0, center: float = 2.0, seed: int = 0,
+                        dtype=None) -> Problem:
+    """A smooth nonconvex finite sum with exact heterogeneity: worker i's loss is
+
+        F_i(x) = ½ (x − b_i)ᵀ A (x − b_i) + λ Σ_j x_j² / (1 + x_j²),
+
+    with one A for all workers (eigenvalues uniform in [1, ``condition``], random eigenvectors)
+    and b_i = b̄ + δ_i, b̄ ~ N(0, ``center``² I). The penalty's second derivative
+    2λ (1 − 3u²)/(1 + u²)³ reaches −λ/2 at |u| = 1, so with λ = ``penalty`` > 2 the Hessian
+    A + λ diag(…) has negative eigenvalues where coordinates are near ±1 (at x = 1, it is A − (λ/2) I,
+    whose smallest eigenvalue is 1 − λ/2 < 0): F is nonconvex. L ≤ condition + 2λ.
+
+    Since A and the penalty are shared, ∇F_i(x) − ∇F(x) = −A δ_i at every x, and the δ_i are
+    centred and scaled so that (1/n) Σ_i ‖A δ_i‖² = ``heterogeneity`` = ζ² exactly. Stochastic
+    gradients add isotropic Gaussian noise of total variance σ² = ``noise``² (as :func:`quadratic`).
+    With ``penalty = 0`` this is :func:`quadratic` with A_i = A (closed-form theory available)."""
+    if int(num_workers) != num_workers or num_workers < 2 or int(dim) != dim or dim < 1:
+        raise ValueError(f"need num_workers >= 2 and dim >= 1 (integers); got {num_workers!r}, {dim!r}")
+    for label, v, ok in (("penalty", penalty, penalty >= 0), ("condition", condition, condition >= 1),
+                         ("heterogeneity", heterogeneity, heterogeneity >= 0), ("noise", noise, noise >= 0),
+                         ("center", center, center >= 0)):
+        if not (np.isfinite(v) and ok):
+            raise ValueError(f"{label} must be finite and in range (penalty, heterogeneity, noise, center >= 0; "
+                             f"condition >= 1); got {v!r}")
+    n, d = int(num_workers), int(dim)
+    rng = np.random.default_rng(seed)
+    Q, _ = np.linalg.qr(rng.standard_normal((d, d)))
+    A = (Q * rng.uniform(1.0, condition, d)) @ Q.T
+    A = 0.5 * (A + A.T)
+    delta = rng.standard_normal((n, d))
+    delta -= delta.mean(0)
+    spread = np.mean(np.sum((delta @ A) ** 2, axis=1))
+    delta *= np.sqrt(heterogeneity / spread) if heterogeneity > 0 else 0.0
+    b = center * rng.standard_normal(d) + delta
+    if penalty == 0:
+        return quadratic(np.broadcast_to(A, (n, d, d)).copy(), b, noise=noise, dtype=dtype)
+    dt = _float_dtype(dtype)
+    data = {"A": jnp.asarray(A, dt), "b": jnp.asarray(b, dt), "penalty": jnp.asarray(float(penalty), dt),
+            "noise": jnp.asarray(float(noise), dt)}
+    lam = float(penalty)
+
+    def local_derivatives(x):
+        x = np.asarray(x, np.float64)
+        g_pen = lam * 2.0 * x / (1.0 + x * x) ** 2
+        h_pen = lam * 2.0 * (1.0 - 3.0 * x * x) / (1.0 + x * x) ** 3
+        G = (x[None, :] - b) @ A + g_pen[None, :]
+        H = np.broadcast_to(A + np.diag(h_pen), (n, d, d)).copy()
+        return G, H
+
+    return Problem(name=f"nonconvex quadratic(n={n}, d={d}, λ={lam:g}, ζ²={heterogeneity:g}, σ={float(noise):g})",
+                   num_workers=n, fns=_PENALISED, data=data, x0=jnp.zeros(d, dt), local_derivatives=local_derivatives)
+
+
 # --- logistic regression ----------------------------------------------------------------------
 
 

@@ -89,3 +89,35 @@ def test_quadratic_bad_noise_and_x0():
 def test_logistic_bad_labels():
     with pytest.raises(ValueError, match="labels must be in"):
         sim.problems.logistic_regression(np.zeros((1, 3, 2)), np.array([[0.0, 1.0, 2.0]]))
+
+
+def test_nonconvex_quadratic_is_nonconvex_with_exact_heterogeneity():
+    """The penalised quadratic: its gradients are the derivatives of its loss (JAX's, float64),
+    ∇F_i − ∇F = −A δ_i with (1/n) Σ ‖A δ_i‖² = ζ² at every x, the Hessian at x = 1 has a negative
+    eigenvalue (nonconvex), and the local derivatives for theory agree with JAX's."""
+    import jax
+    import jax.numpy as jnp
+
+    from sim.problems import nonconvex_quadratic
+
+    prob = nonconvex_quadratic(5, 4, penalty=4.0, heterogeneity=0.7, noise=0.0, seed=3, dtype=jnp.float64)
+    f = prob.fns
+    x = jnp.asarray(np.random.default_rng(0).normal(size=4) * 1.5)
+    grads = np.stack([np.asarray(f.value_and_grad(prob.data, x, i, jax.random.key(0))[1]) for i in range(5)])
+    auto = np.stack([np.asarray(jax.grad(lambda z: f.local_objectives(prob.data, z)[i])(x)) for i in range(5)])
+    np.testing.assert_allclose(grads, auto, rtol=1e-12, atol=1e-12)
+    dev = grads - grads.mean(0)
+    assert np.mean(np.sum(dev ** 2, axis=1)) == pytest.approx(0.7, rel=1e-10)
+    G, H = prob.derivatives(np.asarray(x))
+    np.testing.assert_allclose(G, grads, rtol=1e-10, atol=1e-12)
+    hess = np.asarray(jax.hessian(lambda z: f.objective(prob.data, z))(jnp.ones(4)))
+    np.testing.assert_allclose(prob.derivatives(np.ones(4))[1].mean(0), hess, rtol=1e-10, atol=1e-12)
+    assert np.linalg.eigvalsh(hess).min() < 0  # nonconvex
+    # σ: the noise has total variance σ² (4,000 draws at one point)
+    noisy = nonconvex_quadratic(5, 4, penalty=4.0, heterogeneity=0.7, noise=0.5, seed=3, dtype=jnp.float64)
+    keys = jax.random.split(jax.random.key(1), 4000)
+    g = np.asarray(jax.vmap(lambda k: noisy.fns.value_and_grad(noisy.data, x, 0, k)[1])(keys))
+    assert np.sum(g.var(0)) == pytest.approx(0.25, rel=0.06)
+    with pytest.raises(ValueError, match="penalty"):
+        nonconvex_quadratic(5, 4, penalty=-1.0)
+    assert nonconvex_quadratic(5, 4, penalty=0.0).curvature is not None  # the plain quadratic
