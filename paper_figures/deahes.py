@@ -34,10 +34,13 @@ Presets: ``quick`` uses scikit-learn's 8×8 digits (the CNN unchanged, its convo
 150 rounds; it is sized for an accelerator. ``medium`` is the deciding preset of this CPU: Fashion-MNIST
 (or MNIST) averaged to 14×14 (2×2 blocks; the CNN unchanged), F on 1,000 class-stratified training
 images and accuracy on the first 1,000 test images every 10 rounds, 100 rounds, τ ∈ {1, 4}, 3 seeds,
-the failure model under which the claims can be decided (long outages of 5–20 rounds covering a
-third of each worker's exchanges, stale semantics: a stalled worker restarts from its model at the
-outage's start; ``deahes-readings`` found i.i.d. losses of a third of the exchanges cost little and
-leave a detector nothing to find), and every seed resamples every random source: its split, initial
+long outages (blocks of 5–20 rounds covering a third of each worker's exchanges) with stale
+semantics (a stalled worker restarts from its model at the outage's start). That failure model is
+a choice made after ``deahes-readings``, where i.i.d. losses of a third of the exchanges cost
+EAHES-O little and left the detector nothing to find, and stale outages were the one setting where
+the oracle's mean led (inconclusively); the paper's own reading (spec §4) is suppressed exchanges,
+which this preset does not run. Every seed resamples every random source but the test subset (the
+first 1,000 test images for every seed): its split, initial
 model, evaluation subset, minibatches, probes and outages (one sweep per seed and method); a0 is
 calibrated once per P on a failure-free run of its own seed (``CALIBRATION_SEED``), disjoint from
 the reported seeds. At 28×28 the worker steps dominate its cost on 2 cores and it would take about
@@ -59,9 +62,9 @@ from delaylab.deahes import (CALIBRATION_SEED, DEAD_ZONE, HESSIAN, KAPPA, METHOD
                              problems, schedules_for, sweep, trend_spread)
 from paper_figures._figure import Figure, Parts
 from paper_figures._output import save_figure
-from delaylab.claims import FAILS, HOLDS, INCONCLUSIVE, all_of, below, equal
+from delaylab.claims import FAILS, HOLDS, INCONCLUSIVE, all_of, conjunction
 
-EQUAL_MARGIN = 0.02  # "close": the paired difference's interval within ±2% of the oracle's loss
+EQUAL_MARGIN = 0.02  # "close": 2% of the oracle's loss, the margin of deahes-readings' sanity check
 
 
 def _units(cfg: Preset) -> list:
@@ -200,59 +203,61 @@ def findings(data: dict) -> str:
     loss = {(P, t, m): float(_final(R[(P, m)], "loss")[t].mean()) for P, t in configs for m in methods}
     seeds = {(P, t, m): _final(R[(P, m)], "loss")[t].astype(np.float64) for P, t in configs for m in methods}
 
-    def claim(text, needs, judge):
-        """judge(P, t) -> (verdict, [(comparison, interval, verdict)]); one line per claim, then the
-        setting-by-setting verdicts with the comparisons that decide them."""
+    def claim(text, needs, comparisons):
+        """comparisons(P, t) -> [(name, kind, d[, margin])]; the claim must hold in every setting:
+        one conjunction over all settings' comparisons (delaylab.claims.conjunction: "does not
+        hold" at the Bonferroni level of all of them), then each setting's verdict and the
+        comparisons that decide it."""
         missing = [m for m in needs if m not in methods]
         if missing:
             lines.append(f"- {text}: not judged (this run lacks {', '.join(missing)}).")
             return
-        got = {(P, t): judge(P, t) for P, t in configs}
-        counts = {w: sum(v == w for v, _ in got.values()) for w in (HOLDS, FAILS, INCONCLUSIVE)}
-        overall = all_of([v for v, _ in got.values()])
+        per = {(P, t): comparisons(P, t) for P, t in configs}
+        overall, parts = conjunction([c for P, t in configs for c in per[P, t]])
+        k, it = len(parts), iter(parts)
+        got = {key: [next(it) for _ in per[key]] for key in configs}
+        verdicts = {key: all_of([p.verdict for p in ps]) for key, ps in got.items()}
+        counts = {w: sum(v == w for v in verdicts.values()) for w in (HOLDS, FAILS, INCONCLUSIVE)}
         lines.append(f"- {text}: {overall} (holds in {counts[HOLDS]}, does not hold in {counts[FAILS]}, "
-                     f"inconclusive in {counts[INCONCLUSIVE]} of {len(configs)} settings).")
-        for (P, t), (v, parts) in got.items():
-            if v == HOLDS:  # the comparison nearest to failing
-                shown = [max(parts, key=lambda c: c[1].hi if c[3] == "below" else abs(c[1].mean))]
-            else:
-                shown = [c for c in parts if c[2] == v]
+                     f"inconclusive in {counts[INCONCLUSIVE]} of {len(configs)} settings; {k} comparisons).")
+        for (P, t), ps in got.items():
+            v = verdicts[P, t]
+            shown = [max(ps, key=lambda p: p.interval.hi)] if v == HOLDS else [p for p in ps if p.verdict == v]
             lines.append(f"    P = {P}, τ = {data['periods'][t]}: {v}; "
-                         + "; ".join(f"{name} {iv}" for name, iv, _, _ in shown))
+                         + "; ".join(f"{p.name} {p.interval}" + (f" (at the corrected level {p.corrected})"
+                                                                 if p.verdict == FAILS else "") for p in shown))
 
-    def below_all(a, others):
-        """The claim "a below each of others"."""
-        def judge(P, t):
-            parts = []
-            for b in others:
-                v, iv = below(seeds[P, t, a] - seeds[P, t, b])
-                parts.append((f"{a} − {b}", iv, v, "below"))
-            return all_of([v for _, _, v, _ in parts]), parts
-        return judge
+    def below_each(a, others):
+        return lambda P, t: [(f"{a} − {b}", "below", seeds[P, t, a] - seeds[P, t, b]) for b in others]
 
-    def hessian_beats_sgd(P, t):
-        parts = [c for h in HESSIAN for c in below_all(h, ("EASGD", "EAMSGD"))(P, t)[1]]
-        return all_of([v for _, _, v, _ in parts]), parts
-
-    def close_to_oracle(P, t):
-        margin = EQUAL_MARGIN * loss[P, t, "EAHES-OM"]
-        v, iv = equal(seeds[P, t, "DEAHES-O"] - seeds[P, t, "EAHES-OM"], margin)
-        return v, [(f"DEAHES-O − EAHES-OM (margin ±{margin:.4f})", iv, v, "equal")]
-
-    lines.append(f"The paper's claims, judged by the final training loss: paired differences over the "
-                 f"{data['seeds']} seeds (a seed gives every method the same draws), mean ± half-width of the 95% "
-                 "Student-t interval; a claim holds in a setting when the interval lies wholly on its side of 0 (of "
-                 f"the margin, for \"close\"), does not hold when wholly on the other, else inconclusive; over the "
-                 "settings, it holds when it holds in every one and does not hold when it fails in any.")
+    lines.append(f"The paper's claims, judged by the final training loss at the paper's η = 0.01 for every "
+                 f"optimiser (untuned): paired differences over the {data['seeds']} seeds (a seed gives every "
+                 "method the same draws), mean ± half-width of the 95% Student-t interval. A claim must hold in "
+                 "every setting: it holds when every comparison's 95% interval lies on its side (of 0, or of the "
+                 "margin), does not hold when some comparison lies wholly on the other side at the Bonferroni "
+                 "level 1 − 0.05/k over all k comparisons of the claim (the corrected interval is shown), and is "
+                 "inconclusive otherwise.")
     claim("AdaHessian methods beat the SGD methods (each of EAHES, EAHES-O, EAHES-OM, DEAHES-O below both EASGD and "
-          "EAMSGD)", HESSIAN + ("EASGD", "EAMSGD"), hessian_beats_sgd)
-    claim("Overlap helps (EAHES-O below EAHES)", ("EAHES-O", "EAHES"), below_all("EAHES-O", ("EAHES",)))
+          "EAMSGD)", HESSIAN + ("EASGD", "EAMSGD"),
+          lambda P, t: [c for h in HESSIAN for c in below_each(h, ("EASGD", "EAMSGD"))(P, t)])
+    claim("Overlap helps (EAHES-O below EAHES)", ("EAHES-O", "EAHES"), below_each("EAHES-O", ("EAHES",)))
     others = ("EASGD", "EAMSGD", "EAHES", "EAHES-O", "DEAHES-O")
-    claim("The oracle EAHES-OM is the best of the six", ("EAHES-OM",) + others, below_all("EAHES-OM", others))
+    claim("The oracle EAHES-OM is the best of the six", ("EAHES-OM",) + others, below_each("EAHES-OM", others))
     claim("DEAHES-O beats EASGD, EAMSGD, EAHES and EAHES-O", ("DEAHES-O", "EASGD", "EAMSGD", "EAHES", "EAHES-O"),
-          below_all("DEAHES-O", ("EASGD", "EAMSGD", "EAHES", "EAHES-O")))
-    claim(f"DEAHES-O is close to the oracle (within ±{EQUAL_MARGIN:.0%} of the oracle's loss)", ("DEAHES-O", "EAHES-OM"),
-          close_to_oracle)
+          below_each("DEAHES-O", ("EASGD", "EAMSGD", "EAHES", "EAHES-O")))
+    claim(f"DEAHES-O comes close to the oracle: no worse than it by more than {EQUAL_MARGIN:.0%} of its loss "
+          "(non-inferiority; the margin is the sanity check's)", ("DEAHES-O", "EAHES-OM"),
+          lambda P, t: [(f"DEAHES-O − EAHES-OM (margin {EQUAL_MARGIN * loss[P, t, 'EAHES-OM']:.4f})", "noninferior",
+                         seeds[P, t, "DEAHES-O"] - seeds[P, t, "EAHES-OM"], EQUAL_MARGIN * loss[P, t, "EAHES-OM"])])
+    if "DEAHES-O" in methods and "EAHES-O" in methods:
+        same = [(P, data["periods"][t], int(np.sum(np.all(R[(P, "DEAHES-O")]["loss"][t] == R[(P, "EAHES-O")]["loss"][t],
+                                                           axis=-1))))
+                for P, t in configs]
+        lines.append("Did DEAHES-O's rule fire? It runs EAHES-O's arithmetic on the same draws, so where its weights "
+                     "never left (α, α) its loss curve equals EAHES-O's bit for bit (a different curve means it fired, "
+                     "or that the two programs rounded differently). Runs (of "
+                     f"{data['seeds']} seeds) with identical curves: "
+                     + ", ".join(f"P = {P}, τ = {tau}: {k}" for P, tau, k in same) + ".")
     if "DEAHES-O" in methods:
         d = [loss[P, t, "DEAHES-O"] for P, t in configs]
         p0, p1, t1 = data["workers"][0], data["workers"][-1], len(data["periods"]) - 1
@@ -272,9 +277,13 @@ def findings(data: dict) -> str:
                 after = (f" ({int(R[(P, 'DEAHES-O')]['positives'][t].sum())} exchanges after a failure)"
                          if "DEAHES-O" in scored else "")
                 lines.append(f"  P = {P}, τ = {tau}: a0 = {data[f'a0_P{P}'][t]:.3g}; AUC {aucs}{after}")
-    if data["preset"].startswith("quick"):
-        lines.append(f"This is the {data['preset']} preset ({data['dataset']}, {data['rounds']} rounds): the curves have "
-                     "not flattened, and the comparison may change over the full preset.")
+    if data.get("failures", "iid") == "outages":
+        lines.append("The failure model (long outages, " + data.get("semantics", "suppressed") + " semantics) was chosen "
+                     "after deahes-readings, where it was the one setting in which the oracle's mean led; the paper "
+                     "reads failures as suppressed exchanges (spec §4). The verdicts hold for this model only.")
+    if data["preset"] != "full":
+        lines.append(f"This is the {data['preset']} preset ({data['dataset']}, {data['rounds']} rounds): the curves may "
+                     "not have flattened (see the figure), and the comparison may change over longer runs.")
     return "\n".join(lines) + "\n"
 
 
@@ -364,6 +373,6 @@ def stem(data: dict) -> str:
     return "deahes" if semantics == "suppressed" else f"deahes_{semantics}"
 
 
-FIGURE = Figure("deahes", "DEAHES-O Figs. 4-5: elastic averaging with AdaHessian under failures, P ∈ {4, 8}, τ ∈ {1, 2, 4}",
+FIGURE = Figure("deahes", "DEAHES-O Figs. 4-5: elastic averaging with AdaHessian under failures, P ∈ {4, 8}, τ up to 4",
                 PRESETS, compute, plot, findings, rows, stem=stem, module=__file__, convolution=True, save=save_data,
                 load=load_data)

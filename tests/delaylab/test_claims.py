@@ -175,3 +175,26 @@ def test_a_seed_resamples_the_split_the_timing_and_the_initial_model():
     assert not np.array_equal(leaves[0], leaves[1])
     tune, report = V.disjoint_seeds(3, 5)
     assert report == [0, 1, 2, 3, 4] and not set(tune) & set(report)
+
+
+def test_conjunction_corrects_does_not_hold_for_the_number_of_comparisons():
+    """1,000 simulated claims of 20 comparisons between exactly equal methods (paired differences
+    N(0, 1), 3 seeds): an uncorrected "any one fails" says "does not hold" in about
+    1 − 0.975²⁰ = 40% of them; the conjunction's Bonferroni level keeps it at or under 5%
+    (binomial 3 sds of slack)."""
+    rng = np.random.default_rng(2)
+    wrong_raw, wrong = 0, 0
+    for _ in range(1000):
+        ds = rng.normal(size=(20, 3))
+        wrong_raw += any(V.below(d)[0] == V.FAILS for d in ds)
+        wrong += V.conjunction([(f"c{i}", "below", d) for i, d in enumerate(ds)])[0] == V.FAILS
+    assert wrong_raw / 1000 > 0.3
+    assert wrong / 1000 <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / 1000)
+    # a clear failure still fails, a clear success holds, and margins work
+    v, parts = V.conjunction([("a", "below", [-1.0, -1.1, -0.9]), ("b", "below", [1.0, 1.02, 0.98])])
+    assert v == V.FAILS and [p.verdict for p in parts] == [V.HOLDS, V.FAILS]
+    assert V.conjunction([("a", "noninferior", [0.01, 0.012, 0.011], 0.05)])[0] == V.HOLDS
+    assert V.conjunction([("a", "noninferior", [0.2, 0.21, 0.19], 0.05)])[0] == V.FAILS
+    assert V.conjunction([("a", "equal", [0.001, -0.001, 0.0], 0.05)])[0] == V.HOLDS
+    with pytest.raises(ValueError, match="kind"):
+        V.conjunction([("a", "above", [1.0, 2.0])])
