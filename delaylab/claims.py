@@ -193,13 +193,16 @@ class Bracket:
 
 
 def bracket(score: Callable[[float], float], grid: Sequence[float], *, max_extend: int = 4,
-            ratio: float | None = None) -> Bracket:
+            ratio: float | None = None, refine: int = 0) -> Bracket:
     """Evaluate ``score`` (lower is better; nan counts as inf) on ``grid`` and extend it
     geometrically past an edge while the best step is there (module docstring).
 
     ``ratio`` is the extension factor (default: the grid's own, the geometric mean of its
-    consecutive ratios); at most ``max_extend`` steps are added on each side. Ties go to the
-    smaller step. Each step is evaluated once."""
+    consecutive ratios); at most ``max_extend`` steps are added on each side. Once the best is
+    interior, ``refine`` rounds each evaluate the geometric midpoints between the best and its two
+    neighbours (halving the spacing in log step: a grid of ratio r ends at r^(2^-refine)) and keep
+    the best, so that a coarse grid does not decide by itself where the optimum sits. Ties go to
+    the smaller step. Each step is evaluated once."""
     g = sorted(float(s) for s in grid)
     if len(g) < 2 or g[0] <= 0 or len(set(g)) != len(g):
         raise ValueError(f"bracket needs at least 2 distinct positive steps; got {list(grid)!r}")
@@ -229,6 +232,13 @@ def bracket(score: Callable[[float], float], grid: Sequence[float], *, max_exten
         elif best == steps[-1]:
             edge = "upper"
         else:
+            for _ in range(int(refine)):
+                steps = sorted(seen)
+                i = steps.index(best)
+                for nb in (steps[i - 1], steps[i + 1]):
+                    at(math.sqrt(best * nb))
+                best = min(sorted(seen), key=lambda s: (seen[s], s))
+            steps = sorted(seen)
             return Bracket(tuple(steps), tuple(seen[s] for s in steps), best, True, "", sum(added.values()))
         if added[edge] >= max_extend:
             return Bracket(tuple(steps), tuple(seen[s] for s in steps), best, False, edge, sum(added.values()))

@@ -280,7 +280,7 @@ _PENALISED = ProblemFns(_pq_value_and_grad, _pq_local_objectives, loss=_pq_loss)
 
 
 def nonconvex_quadratic(num_workers: int, dim: int, *, penalty: float = 4.0, condition: float = 4.0,
-                        heterogeneity: float = 1.0, noise: float = 1.0, center: float = 2.0, seed: int = 0,
+                        heterogeneity: float = 1.0, noise: float = 1.0, center: float = 2.0, x0=None, seed: int = 0,
                         dtype=None) -> Problem:
     """A smooth nonconvex finite sum with exact heterogeneity: worker i's loss is
 
@@ -295,7 +295,9 @@ def nonconvex_quadratic(num_workers: int, dim: int, *, penalty: float = 4.0, con
     Since A and the penalty are shared, ∇F_i(x) − ∇F(x) = −A δ_i at every x, and the δ_i are
     centred and scaled so that (1/n) Σ_i ‖A δ_i‖² = ``heterogeneity`` = ζ² exactly. Stochastic
     gradients add isotropic Gaussian noise of total variance σ² = ``noise``² (as :func:`quadratic`).
-    With ``penalty = 0`` this is :func:`quadratic` with A_i = A (closed-form theory available)."""
+    ``x0``: the initial point (default 0; at x0 = 1, the vector of ones, a run starts where F is
+    not convex). With ``penalty = 0`` this is :func:`quadratic` with A_i = A (closed-form theory
+    available)."""
     if int(num_workers) != num_workers or num_workers < 2 or int(dim) != dim or dim < 1:
         raise ValueError(f"need num_workers >= 2 and dim >= 1 (integers); got {num_workers!r}, {dim!r}")
     for label, v, ok in (("penalty", penalty, penalty >= 0), ("condition", condition, condition >= 1),
@@ -314,8 +316,10 @@ def nonconvex_quadratic(num_workers: int, dim: int, *, penalty: float = 4.0, con
     spread = np.mean(np.sum((delta @ A) ** 2, axis=1))
     delta *= np.sqrt(heterogeneity / spread) if heterogeneity > 0 else 0.0
     b = center * rng.standard_normal(d) + delta
+    if x0 is not None and np.asarray(x0).shape != (d,):
+        raise ValueError(f"x0 must have shape ({d},); got {np.asarray(x0).shape}")
     if penalty == 0:
-        return quadratic(np.broadcast_to(A, (n, d, d)).copy(), b, noise=noise, dtype=dtype)
+        return quadratic(np.broadcast_to(A, (n, d, d)).copy(), b, x0=x0, noise=noise, dtype=dtype)
     dt = _float_dtype(dtype)
     data = {"A": jnp.asarray(A, dt), "b": jnp.asarray(b, dt), "penalty": jnp.asarray(float(penalty), dt),
             "noise": jnp.asarray(float(noise), dt)}
@@ -330,7 +334,9 @@ def nonconvex_quadratic(num_workers: int, dim: int, *, penalty: float = 4.0, con
         return G, H
 
     return Problem(name=f"nonconvex quadratic(n={n}, d={d}, λ={lam:g}, ζ²={heterogeneity:g}, σ={float(noise):g})",
-                   num_workers=n, fns=_PENALISED, data=data, x0=jnp.zeros(d, dt), local_derivatives=local_derivatives)
+                   num_workers=n, fns=_PENALISED, data=data,
+                   x0=jnp.zeros(d, dt) if x0 is None else jnp.asarray(np.asarray(x0, np.float64), dt),
+                   local_derivatives=local_derivatives)
 
 
 # --- logistic regression ----------------------------------------------------------------------

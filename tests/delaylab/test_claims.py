@@ -198,3 +198,15 @@ def test_conjunction_corrects_does_not_hold_for_the_number_of_comparisons():
     assert V.conjunction([("a", "equal", [0.001, -0.001, 0.0], 0.05)])[0] == V.HOLDS
     with pytest.raises(ValueError, match="kind"):
         V.conjunction([("a", "above", [1.0, 2.0])])
+
+
+def test_bracket_refines_around_an_interior_optimum():
+    """(log γ − log 0.0042)² on a grid of ratio 10: the bracket settles on 0.01 (interior); two
+    rounds of refinement end within a factor 10^(1/8) = 1.33 of 0.0042 and stay interior."""
+    score = lambda g: (np.log(g) - np.log(0.0042)) ** 2
+    coarse = V.bracket(score, [0.01, 0.1, 1.0])
+    fine = V.bracket(score, [0.01, 0.1, 1.0], refine=2)
+    assert coarse.best == pytest.approx(0.01)
+    assert fine.interior and abs(np.log(fine.best / 0.0042)) <= np.log(10) / 8 + 1e-12
+    assert min(fine.steps) < fine.best < max(fine.steps)
+    assert len(fine.steps) == len(coarse.steps) + 4

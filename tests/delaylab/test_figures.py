@@ -204,13 +204,19 @@ def test_r4_ratio_verdict_reads_the_slope_of_the_log_ratio(slope, verdict):
     assert r4.ratio_claim(_r4_setting(spread))["verdict"] == "inconclusive"
 
 
-def test_r4_an_edge_step_makes_the_verdict_inconclusive():
+def test_r4_an_edge_step_or_a_level_only_malenia_reaches_makes_the_verdict_inconclusive():
     from paper_figures import r4_time_to_eps as r4
 
     st = _r4_setting(0.0)
     st["methods"]["Malenia"][-1].update(interior=False, edge="lower", step=0.003)
     c = r4.ratio_claim(st)
     assert c["verdict"] == "inconclusive" and "grid's edge" in c["why"]
+    # Rescaled misses the smallest ε on one seed where Malenia reaches it: not dropped silently
+    st = _r4_setting(0.0)
+    st["methods"]["Rescaled"][-1]["report"][2] = np.inf
+    st["methods"]["Rescaled"][-1]["horizon"] = 1e4
+    c = r4.ratio_claim(st)
+    assert c["verdict"] == "inconclusive" and "Rescaled not on 1 of 5" in c["why"]
 
 
 def test_r4_runs_through_the_cli_with_steps_that_bracket(tmp_path, monkeypatch):
