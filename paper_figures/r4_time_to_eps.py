@@ -271,6 +271,16 @@ def findings(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _log_axes(ax, ylabel: str, title: str) -> None:
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("1/ε")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=6)
+
+
 def plot(data: dict, path: str) -> None:
     import matplotlib
 
@@ -289,13 +299,7 @@ def plot(data: dict, path: str) -> None:
             ratio = [np.exp(np.mean(np.log(np.asarray(a["report"]) / np.asarray(b["report"]))))
                      if np.all(np.isfinite(a["report"])) and np.all(np.isfinite(b["report"])) else np.nan for a, b in zip(R, M)]
             ax.plot(1 / eps, ratio, "o-", ms=3, label=f"{key[0]}, n = {key[1]}, τ_n/τ_1 = {key[3]}")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("1/ε")
-        ax.set_ylabel("T_Rescaled / T_Malenia (geometric mean over seeds)")
-        ax.set_title(f"{r} regime", fontsize=9)
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=6)
+        _log_axes(ax, "T_Rescaled / T_Malenia (geometric mean over seeds)", f"{r} regime")
         ax = axes[1, c]  # times at the largest spread of the first problem and n
         key = max((k for k in keys if k[2] == r), key=lambda k: (k[0] == keys[0][0], k[1] == keys[0][1], k[3]))
         st = data["settings"][key]
@@ -307,13 +311,7 @@ def plot(data: dict, path: str) -> None:
         if np.isfinite(mal[0]):
             ax.plot(1 / eps, shape * mal[0] / shape[0], "k--", lw=1,
                     label="T_heter's shape (no constants), anchored at Malenia's first point")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("1/ε")
-        ax.set_ylabel("simulated time to ε (median)")
-        ax.set_title(f"{key[0]}, n = {key[1]}, τ_n/τ_1 = {key[3]}", fontsize=9)
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=6)
+        _log_axes(ax, "simulated time to ε (median)", f"{key[0]}, n = {key[1]}, τ_n/τ_1 = {key[3]}")
     fig.suptitle("R4: Rescaled ASGD against Malenia SGD as ε → 0 (steps bracketed per ε)", fontsize=10)
     save_figure(fig, path)
 
