@@ -207,6 +207,10 @@ class Figure:
       default_preset: what ``delaylab figure NAME`` runs without ``--preset``/``--quick``.
       convolution: whether the figure trains a CNN (its parts then record the convolution).
       save, load: how the data are stored (default: :func:`save_data`, :func:`load_data`).
+      verdicts: optional ``data -> [row]``, the figure's verdicts on the papers' claims, one row
+        per claim (keys ``claim``, ``verdict``, ``evidence``, ``conditions``), written to
+        ``<stem>.verdicts.json``; ``python -m paper_figures.table`` writes the README's verdict
+        table from these files.
     """
 
     name: str
@@ -222,6 +226,7 @@ class Figure:
     convolution: bool = False
     save: Callable[[str, dict], None] = save_data
     load: Callable[[str], dict] = load_data
+    verdicts: Optional[Callable[[Mapping], list]] = None
 
     def __post_init__(self):
         missing = [p for p in ("quick", self.default_preset) if p not in self.presets]
@@ -265,10 +270,17 @@ class Figure:
         store.write_csv(os.path.join(out_dir, f"{stem}.csv"), self.rows(data))
         with open(os.path.join(out_dir, f"{stem}.txt"), "w") as fh:
             fh.write(self.findings(data))
+        if self.verdicts is not None:
+            rows = [{"figure": self.name, "stem": stem, **{k: str(r[k]) for k in VERDICT_KEYS}} for r in self.verdicts(data)]
+            with open(os.path.join(out_dir, f"{stem}.verdicts.json"), "w") as fh:
+                fh.write(json.dumps(rows, indent=1, ensure_ascii=False, allow_nan=False) + "\n")
         if fresh:  # everything is written; the parts were only there to resume a stopped run
             Parts(os.path.join(out_dir, ".parts", f"{self.name}_{preset}"), code="", conv=None, label=self.name,
                   quiet=True).remove()
         return path
+
+
+VERDICT_KEYS = ("claim", "verdict", "evidence", "conditions")
 
 
 def progress(label: str):

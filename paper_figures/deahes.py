@@ -184,7 +184,26 @@ def _present(data: dict, P: int) -> list:
 
 
 def findings(data: dict) -> str:
+    return _report(data)[0]
+
+
+def verdicts(data: dict) -> list:
+    """One row per claim judged (:data:`paper_figures._figure.VERDICT_KEYS`)."""
+    return _report(data)[1]
+
+
+def _conditions(data: dict) -> str:
+    return (f"{data['preset']}: {data['dataset']}, P ∈ {{{', '.join(map(str, data['workers']))}}}, "
+            f"τ ∈ {{{', '.join(map(str, data['periods']))}}}, {data['rounds']} rounds, {data['seeds']} seeds"
+            + (" (each resampling every source)" if data.get("resample", False) else " (minibatches and probes)")
+            + f", {'long outages' if data.get('failures', 'iid') == 'outages' else 'i.i.d. losses 1/3'} "
+            f"({data.get('semantics', 'suppressed')}), η = 0.01 untuned")
+
+
+def _report(data: dict) -> tuple:
+    """(the figure's text, its verdict rows)."""
     R = data["runs"]
+    table: list = []
     methods = [m for m in METHODS if all(m in _present(data, P) for P in data["workers"])]
     lines = [f"DEAHES-O Figures 4–5 ({data['preset']} preset): {data['dataset']}, {data['train_size']} training / "
              f"{data['test_size']} test images, {data['rounds']} communication rounds, {data['seeds']} seeds ("
@@ -220,6 +239,18 @@ def findings(data: dict) -> str:
         counts = {w: sum(v == w for v in verdicts.values()) for w in (HOLDS, FAILS, INCONCLUSIVE)}
         lines.append(f"- {text}: {overall} (holds in {counts[HOLDS]}, does not hold in {counts[FAILS]}, "
                      f"inconclusive in {counts[INCONCLUSIVE]} of {len(configs)} settings; {k} comparisons).")
+        if overall == HOLDS:  # the comparison nearest to failing, over all settings
+            key, p = max(((key, p) for key, ps in got.items() for p in ps), key=lambda kp: kp[1].interval.hi)
+            ev = f"nearest to failing: {p.name} {p.interval}"
+        elif overall == FAILS:
+            key, p = next((key, p) for key, ps in got.items() for p in ps if p.verdict == FAILS)
+            ev = f"{p.name} {p.interval} (corrected {p.corrected})"
+        else:
+            key, p = next((key, p) for key, ps in got.items() for p in ps if p.verdict == INCONCLUSIVE)
+            ev = f"e.g. {p.name} {p.interval}"
+        table.append({"claim": text, "verdict": overall, "conditions": _conditions(data),
+                      "evidence": f"holds in {counts[HOLDS]}, fails in {counts[FAILS]} of {len(configs)} settings; "
+                                  f"{ev} at P = {key[0]}, τ = {data['periods'][key[1]]}"})
         for (P, t), ps in got.items():
             v = verdicts[P, t]
             shown = [max(ps, key=lambda p: p.interval.hi)] if v == HOLDS else [p for p in ps if p.verdict == v]
@@ -284,7 +315,7 @@ def findings(data: dict) -> str:
     if data["preset"] != "full":
         lines.append(f"This is the {data['preset']} preset ({data['dataset']}, {data['rounds']} rounds): the curves may "
                      "not have flattened (see the figure), and the comparison may change over longer runs.")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n", table
 
 
 def plot(data: dict, path: str) -> None:
@@ -375,4 +406,4 @@ def stem(data: dict) -> str:
 
 FIGURE = Figure("deahes", "DEAHES-O Figs. 4-5: elastic averaging with AdaHessian under failures, P ∈ {4, 8}, τ up to 4",
                 PRESETS, compute, plot, findings, rows, stem=stem, module=__file__, convolution=True, save=save_data,
-                load=load_data)
+                load=load_data, verdicts=verdicts)

@@ -281,6 +281,25 @@ def _log_axes(ax, ylabel: str, title: str) -> None:
     ax.legend(fontsize=6)
 
 
+def verdicts(data: dict) -> list:
+    """One row per regime: "T_Rescaled/T_Malenia bounded as ε → 0" over its settings."""
+    cfg, out = data["config"], []
+    for r in REGIMES:
+        got = [(key, ratio_claim(st)) for key, st in data["settings"].items() if key[2] == r]
+        if not got:
+            continue
+        ev = "; ".join(f"τ_n/τ_1 = {key[3]}" + (f" (n = {key[1]}, {key[0]})" if len(cfg["workers"]) > 1 or len(cfg["problems"]) > 1 else "")
+                       + (f": slope {c['slope']}, ratio {c['ratio'][0]:.2f} at ε = {c['eps'][-1]:.3g}" if c["ratio"]
+                          else f": {c['why']}") for key, c in got)
+        out.append({"claim": f"T_Rescaled/T_Malenia stays bounded as ε → 0 ({r} regime: σ² = {REGIMES[r][0]:g}, "
+                             f"ζ² = {REGIMES[r][1]:g}); slope of the log ratio against log(1/ε) below {SLOPE_BOUND}",
+                    "verdict": claims.all_of([c["verdict"] for _, c in got]), "evidence": ev,
+                    "conditions": f"{data['preset']}: {', '.join(cfg['problems'])}, n ∈ {{{', '.join(map(str, cfg['workers']))}}}, "
+                                  f"steps bracketed per ε on {cfg['tune_seeds']} tuning seeds, {cfg['report_seeds']} "
+                                  "reported seeds (gradient noise)"})
+    return out
+
+
 def plot(data: dict, path: str) -> None:
     import matplotlib
 
@@ -328,4 +347,4 @@ def rows(data: dict) -> list[dict]:
 
 
 FIGURE = Figure("r4", "T_Rescaled/T_Malenia as ε → 0, per regime and speed spread, steps bracketed per ε", PRESETS,
-                compute, plot, findings, rows, stem="r4_time_to_eps", module=__file__)
+                compute, plot, findings, rows, stem="r4_time_to_eps", module=__file__, verdicts=verdicts)

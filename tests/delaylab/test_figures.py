@@ -345,3 +345,16 @@ def test_deahes_part_equals_a_direct_sweep_and_redraws(tmp_path, monkeypatch):
     (out / "deahes.txt").unlink()
     assert cli.main(["figure", "deahes", "--redraw", str(out / "deahes.npz"), "--out", str(out)]) == 0
     assert (out / "deahes.txt").read_text() == text
+
+
+def test_the_readme_verdict_table_matches_the_figures_verdict_files(tmp_path):
+    """The README's verdict rows are the committed *.verdicts.json, not typed by hand; and the
+    table is rewritten between its markers only."""
+    from paper_figures import table
+
+    assert table.main(["--check"]) == 0
+    rs = [{"stem": "x", "claim": "a | b", "verdict": "holds", "evidence": "+0.1 ± 0.2", "conditions": "c"}]
+    out = table.render(f"head\n{table.BEGIN}\nSTALE ROW\n{table.END}\ntail\n", rs)
+    assert out.startswith("head\n") and out.endswith("tail\n") and "STALE" not in out and "a \\| b" in out
+    with pytest.raises(ValueError, match="markers"):
+        table.render("no markers", rs)
