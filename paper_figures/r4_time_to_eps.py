@@ -122,10 +122,11 @@ def smoothed_crossing(t: np.ndarray, g2: np.ndarray, eps: float) -> float:
     """The first time the centred mean of ``g2`` over SMOOTH log points (fewer at the ends) is ≤ eps,
     linearly interpolated between log points; inf if never."""
     k = SMOOTH // 2
-    c = np.concatenate([[0.0], np.cumsum(g2)])
     i = np.arange(g2.size)
     lo, hi = np.maximum(i - k, 0), np.minimum(i + k + 1, g2.size)
-    s = (c[hi] - c[lo]) / (hi - lo)
+    with np.errstate(over="ignore", invalid="ignore"):  # a diverged run: inf or NaN after it diverged,
+        c = np.concatenate([[0.0], np.cumsum(g2)])  # so those windows never count as below ε
+        s = (c[hi] - c[lo]) / (hi - lo)
     below = np.flatnonzero(s <= eps)
     if below.size == 0:
         return math.inf

@@ -222,6 +222,8 @@ def test_r4_an_edge_step_or_a_level_only_malenia_reaches_makes_the_verdict_incon
 def test_r4_runs_through_the_cli_with_steps_that_bracket(tmp_path, monkeypatch):
     from paper_figures import r4_time_to_eps as r4
 
+    monkeypatch.setattr(r4, "LONGER", 0)  # each longer horizon compiles a program of its own
+
     _run_small("r4", r4.Preset("test", problems=("nonconvex",), workers=(4,), spreads=(4,), methods=r4.CLAIM, eps_steps=3,
                                events=400, tune_seeds=2, report_seeds=3, grid=(0.003, 0.01, 0.03)), tmp_path, monkeypatch)
     rows = np.genfromtxt(tmp_path / "r4_time_to_eps.csv", delimiter=",", names=True, dtype=None, encoding="utf-8")
