@@ -79,12 +79,27 @@ def paired_interval(d: Sequence[float], level: float = 0.95) -> Interval:
     return Interval(float(d.mean()), half, n)
 
 
+def _verdict(kind: str, iv: Interval, wide: Interval, margin: float = 0.0) -> str:
+    """One comparison's word: it holds when its 95% interval ``iv`` lies on the claim's side, does
+    not hold when ``wide`` (the same interval, or a wider one at a corrected level) lies wholly on
+    the other side, and is inconclusive otherwise or with fewer than 2 seeds."""
+    if kind == "below":  # mean(d) < 0
+        ok, bad = iv.hi < 0, wide.lo > 0
+    elif kind == "noninferior":  # mean(d) ≤ margin
+        ok, bad = iv.hi < margin, wide.lo > margin
+    elif kind == "equal":  # |mean(d)| ≤ margin
+        ok, bad = (-margin <= iv.lo and iv.hi <= margin), (wide.lo > margin or wide.hi < -margin)
+    else:
+        raise ValueError(f"comparison kind must be 'below', 'noninferior' or 'equal'; got {kind!r}")
+    if not np.isfinite(iv.half):
+        return INCONCLUSIVE
+    return HOLDS if ok else FAILS if bad else INCONCLUSIVE
+
+
 def below(d: Sequence[float]) -> tuple[str, Interval]:
     """The claim "mean(d) < 0" (A below B, with d = A − B)."""
     iv = paired_interval(d)
-    if not np.isfinite(iv.half):
-        return INCONCLUSIVE, iv
-    return (HOLDS if iv.hi < 0 else FAILS if iv.lo > 0 else INCONCLUSIVE), iv
+    return _verdict("below", iv, iv), iv
 
 
 def ratio_below(a: Sequence[float], b: Sequence[float], bound: float = 1.0) -> tuple[str, Interval]:
@@ -100,22 +115,14 @@ def ratio_below(a: Sequence[float], b: Sequence[float], bound: float = 1.0) -> t
 def equal(d: Sequence[float], margin: float) -> tuple[str, Interval]:
     """The claim "|mean(d)| ≤ margin", by its 95% interval (module docstring)."""
     iv = paired_interval(d)
-    if not np.isfinite(iv.half):
-        return INCONCLUSIVE, iv
-    if -margin <= iv.lo and iv.hi <= margin:
-        return HOLDS, iv
-    if iv.lo > margin or iv.hi < -margin:
-        return FAILS, iv
-    return INCONCLUSIVE, iv
+    return _verdict("equal", iv, iv, margin), iv
 
 
 def noninferior(d: Sequence[float], margin: float) -> tuple[str, Interval]:
     """The claim "mean(d) ≤ margin" (A no worse than B by more than ``margin``, d = A − B): holds
     when the whole interval lies below the margin, does not hold when it lies wholly above."""
     iv = paired_interval(d)
-    if not np.isfinite(iv.half):
-        return INCONCLUSIVE, iv
-    return (HOLDS if iv.hi < margin else FAILS if iv.lo > margin else INCONCLUSIVE), iv
+    return _verdict("noninferior", iv, iv, margin), iv
 
 
 class Part(NamedTuple):
@@ -126,6 +133,7 @@ class Part(NamedTuple):
     interval: Interval
     corrected: Interval
     verdict: str
+    margin: float = 0.0  # the bound the comparison is judged against (0 for "below")
 
 
 def conjunction(parts: Sequence[tuple], level: float = 0.95) -> tuple[str, list]:
@@ -145,18 +153,7 @@ def conjunction(parts: Sequence[tuple], level: float = 0.95) -> tuple[str, list]
         name, kind, d = part[:3]
         margin = float(part[3]) if len(part) > 3 else 0.0
         iv, wide = paired_interval(d, level), paired_interval(d, strict)
-        if not np.isfinite(iv.half):
-            out.append(Part(name, iv, wide, INCONCLUSIVE))
-            continue
-        if kind == "below":
-            ok, bad = iv.hi < 0, wide.lo > 0
-        elif kind == "noninferior":
-            ok, bad = iv.hi < margin, wide.lo > margin
-        elif kind == "equal":
-            ok, bad = (-margin <= iv.lo and iv.hi <= margin), (wide.lo > margin or wide.hi < -margin)
-        else:
-            raise ValueError(f"comparison kind must be 'below', 'noninferior' or 'equal'; got {kind!r}")
-        out.append(Part(name, iv, wide, HOLDS if ok else FAILS if bad else INCONCLUSIVE))
+        out.append(Part(name, iv, wide, _verdict(kind, iv, wide, margin), margin))
     return all_of([p.verdict for p in out]), out
 
 

@@ -173,6 +173,12 @@ _SHARED = ("the seeds vary minibatches and Hutchinson probes; the split, the ini
            "shared")
 
 
+def _slack(p) -> float:
+    """How near a holding "below" or "noninferior" comparison is to failing: its interval's upper
+    end less the bound it must stay under."""
+    return p.interval.hi - p.margin
+
+
 def _final(run: dict, key: str) -> np.ndarray:
     """[τ, seeds]: the last logged value."""
     return run[key][:, :, -1]
@@ -235,12 +241,12 @@ def _report(data: dict) -> tuple:
         overall, parts = conjunction([c for P, t in configs for c in per[P, t]])
         k, it = len(parts), iter(parts)
         got = {key: [next(it) for _ in per[key]] for key in configs}
-        verdicts = {key: all_of([p.verdict for p in ps]) for key, ps in got.items()}
-        counts = {w: sum(v == w for v in verdicts.values()) for w in (HOLDS, FAILS, INCONCLUSIVE)}
+        by_setting = {key: all_of([p.verdict for p in ps]) for key, ps in got.items()}
+        counts = {w: sum(v == w for v in by_setting.values()) for w in (HOLDS, FAILS, INCONCLUSIVE)}
         lines.append(f"- {text}: {overall} (holds in {counts[HOLDS]}, does not hold in {counts[FAILS]}, "
                      f"inconclusive in {counts[INCONCLUSIVE]} of {len(configs)} settings; {k} comparisons).")
         if overall == HOLDS:  # the comparison nearest to failing, over all settings
-            key, p = max(((key, p) for key, ps in got.items() for p in ps), key=lambda kp: kp[1].interval.hi)
+            key, p = max(((key, p) for key, ps in got.items() for p in ps), key=lambda kp: _slack(kp[1]))
             ev = f"nearest to failing: {p.name} {p.interval}"
         elif overall == FAILS:
             key, p = next((key, p) for key, ps in got.items() for p in ps if p.verdict == FAILS)
@@ -252,8 +258,8 @@ def _report(data: dict) -> tuple:
                       "evidence": f"holds in {counts[HOLDS]}, fails in {counts[FAILS]} of {len(configs)} settings; "
                                   f"{ev} at P = {key[0]}, τ = {data['periods'][key[1]]}"})
         for (P, t), ps in got.items():
-            v = verdicts[P, t]
-            shown = [max(ps, key=lambda p: p.interval.hi)] if v == HOLDS else [p for p in ps if p.verdict == v]
+            v = by_setting[P, t]
+            shown = [max(ps, key=_slack)] if v == HOLDS else [p for p in ps if p.verdict == v]
             lines.append(f"    P = {P}, τ = {data['periods'][t]}: {v}; "
                          + "; ".join(f"{p.name} {p.interval}" + (f" (at the corrected level {p.corrected})"
                                                                  if p.verdict == FAILS else "") for p in shown))

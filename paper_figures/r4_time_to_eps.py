@@ -229,8 +229,7 @@ def ratio_claim(setting: dict) -> dict:
     x = np.log(1.0 / eps[use])
     xc = x - x.mean()
     slopes = (xc @ (logr - logr.mean(0))) / (xc @ xc)  # per seed
-    iv = claims.paired_interval(slopes)
-    verdict = (claims.HOLDS if iv.hi < SLOPE_BOUND else claims.FAILS if iv.lo > SLOPE_BOUND else claims.INCONCLUSIVE)
+    verdict, iv = claims.noninferior(slopes, SLOPE_BOUND)  # the slope's interval against the bound
     verdict, why = claims.gated(verdict, [_as_bracket(R[j]) for j in use] + [_as_bracket(M[j]) for j in use])
     last = claims.paired_interval(logr[-1])
     shape = _bound_shape("Rescaled", np.asarray(setting["taus"]), setting["sigma2"], setting["zeta2"], eps[use]) / \

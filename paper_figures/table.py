@@ -61,7 +61,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     with open(args.readme) as fh:
         old = fh.read()
-    new = render(old, rows(args.output))
+    rs = rows(args.output)
+    new = render(old, rs)
     if args.check:
         if new != old:
             print(f"{args.readme}: the verdict table differs from {args.output}/*.verdicts.json; "
@@ -71,7 +72,7 @@ def main(argv=None) -> int:
     if new != old:
         with open(args.readme, "w") as fh:
             fh.write(new)
-    print(f"{args.readme}: {len(rows(args.output))} verdict rows")
+    print(f"{args.readme}: {len(rs)} verdict rows")
     return 0
 
 
