@@ -3,23 +3,42 @@
 Setting (the Ringleader group's protocol, which the spec infers for the Rescaled paper's Fig. B):
 n = 100 workers, Dirichlet(α = 0.1) label split into equal-size shards, MLP 784–128–10 (ReLU),
 minibatch 4 per gradient, computation times τ_i + |N(0, i)| (variance i) drawn afresh per job,
-τ_i = i. Methods: vanilla ASGD, Rescaled ASGD (γ_i = γ τ_i/τ_H with the schedule's mean τ_i),
-IA²SGD, Malenia SGD (S = n: one gradient from every worker per round [INFERRED]) and Ringleader
-ASGD. Each method's step size is picked from its grid by the median over seeds of the training
-loss averaged over the last fifth of the run; curves show the median and interquartile range
-over seeds at that step size.
+τ_i = i. Methods: vanilla ASGD, Rescaled ASGD (γ_i = γ τ_i/τ_H with the expected job times
+E[τ_i + |N(0, i)|]), IA²SGD, Malenia SGD (S = n: one gradient from every worker per round
+[INFERRED]) and Ringleader ASGD.
 
-Each method is one compiled :func:`sim.sweep` call over step sizes × seeds. Seeds vary the
-minibatch draws; the timing draw (one schedule) and the initial model are shared.
+How the numbers are made (:mod:`delaylab.claims`):
 
-Deviations, stated in the findings text: the training set is a class-stratified random subset
-(``train_size`` images, so that F and ‖∇F‖² can be evaluated exactly at every log point on a
-CPU), and F is the mean of the workers' shard losses over that subset.
+- **Seeds resample every random source**: a seed s gives, through :func:`claims.seed_sources`,
+  its own class-stratified training subset, Dirichlet split, initial model, job-time draws and
+  minibatch key (``SOURCES``). The test set is the data set's whole test split, the same for
+  every seed (it measures, it is not drawn).
+- **Steps bracketed on tuning seeds**: each method's step is chosen by :func:`claims.bracket`
+  from its 3-point starting grid (``GRIDS``), extended past an edge while the best step sits
+  there (up to ``max_extend`` steps a side), on ``tune_seeds`` seeds disjoint from the reported
+  ones. The score is the mean over tuning seeds of F averaged over the last fifth of the run
+  (inf if a run diverged).
+- **Reported seeds** run at the chosen step: F (the theory's objective (1/n) Σ F_i; the shards
+  are equal and partition the training subset, so it is also the pooled cross-entropy over it),
+  ‖∇F‖² and the test accuracy, at ``log_points`` times; curves are the median and interquartile
+  range over the reported seeds.
+- **Fig. B's ranking** (Rescaled below Ringleader below Malenia in training loss) is judged at
+  the end and at a third and two thirds of the horizon: at each time t the value is F averaged
+  over the log points in (t − horizon/10, t], the paired difference per seed is of log F (the
+  figure's log scale), and :func:`claims.conjunction` gives the verdict (95% Student-t intervals;
+  "does not hold" at the Bonferroni level). A verdict that rests on a step at a grid edge is
+  inconclusive (:func:`claims.gated`).
+
+Every run (method, step, seed) is one part, so a stopped run resumes where it was. Deviation,
+stated in the text: the training set is a class-stratified random subset (``train_size`` images,
+so that F and ‖∇F‖² can be evaluated exactly at every log point on a CPU).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 from typing import Optional
 
 import jax
@@ -27,17 +46,17 @@ import numpy as np
 
 import algos
 import sim
+from delaylab import claims
 from paper_figures._figure import Figure, Parts
 from paper_figures._output import save_figure
 from sim import schedules
 from sim.data import load_mnist_format, stratified_subset
 from sim.models import mlp_classifier
 
-# Step-size grids per method; the middle value is the best of a probe (horizon 1500, 2 seeds, tail
-# loss): vanilla 0.01 (0.706), Rescaled 0.003 (0.966), IA²SGD 0.01 (1.74), Malenia 0.2 (1.41),
-# Ringleader 0.05 (4.38, above the initial loss ln 10: Ringleader makes n updates per round, so its
-# step must be about n times smaller than Malenia's). The S5 script's example values (Ringleader
-# 0.05, Malenia 0.7, IA²SGD 0.01 [READ-3P]) were worse here for Ringleader and Malenia.
+# Starting grids per method (ratio about 3.3); claims.bracket extends them past an edge. Their
+# middle values were the best of a probe on the old protocol (horizon 1500, 2 seeds, tail loss):
+# vanilla 0.01, Rescaled 0.003, IA²SGD 0.01, Malenia 0.2, Ringleader 0.005 (Ringleader makes n
+# updates per round, so its step must be about n times smaller than Malenia's).
 GRIDS = {
     "vanilla ASGD": (0.003, 0.01, 0.03),
     "Rescaled ASGD": (0.001, 0.003, 0.01),
@@ -45,29 +64,32 @@ GRIDS = {
     "Malenia SGD": (0.07, 0.2, 0.7),
     "Ringleader ASGD": (0.0015, 0.005, 0.015),
 }
+SOURCES = ("subset", "split", "init", "timing", "minibatches")
+RANKING = ("Rescaled ASGD", "Ringleader ASGD", "Malenia SGD")  # Fig. B, lowest training loss first
+
 
 @dataclasses.dataclass(frozen=True)
 class Preset:
     name: str
     horizon: float  # simulated time
-    seeds: int
-    grid: tuple  # which points of each method's GRIDS entry are tried
-    train_size: int  # training images (class-stratified subset)
+    tune_seeds: int
+    report_seeds: int
+    train_size: int  # training images (class-stratified subset, drawn per seed)
     log_points: int
     timing: str = "random"  # "random": τ_i + |N(0, i)| per job; "fixed": exactly τ_i = i
+    max_extend: int = 2  # steps added past a starting grid's edge, per side
+    test_size: Optional[int] = None  # the first test_size test images (None: the whole test split)
 
 
 PRESETS = {p.name: p for p in (
-    # quick: a few minutes on 2 cores; the pipeline end to end, not the paper's comparison.
-    Preset("quick", horizon=1500.0, seeds=3, grid=(0, 1), train_size=6000, log_points=25),
-    # medium: 10 seeds, a fifth of the spec's horizon; about half an hour on 2 cores.
-    Preset("medium", horizon=6000.0, seeds=10, grid=(0, 1), train_size=6000, log_points=40),
-    # control: the medium preset with deterministic τ_i = i (the spec's control for the noise).
-    Preset("control", horizon=6000.0, seeds=10, grid=(0, 1), train_size=6000, log_points=40, timing="fixed"),
-    # full: the spec's horizon (3·10⁴), 10 seeds, the whole grid; about 3.5 h on 2 cores
-    # (resumable: each finished (method, step) part is kept until the figure is written)
-    # (benchmarks/RESULTS.md), sized for an accelerator.
-    Preset("full", horizon=30000.0, seeds=10, grid=(0, 1, 2), train_size=12000, log_points=60),
+    # quick: ≤ 10 min on 2 cores; the pipeline end to end at a twentieth of the paper's horizon.
+    Preset("quick", horizon=1500.0, tune_seeds=2, report_seeds=5, train_size=6000, log_points=25),
+    # medium: a fifth of the paper's horizon.
+    Preset("medium", horizon=6000.0, tune_seeds=2, report_seeds=6, train_size=6000, log_points=40),
+    # control: the medium preset with deterministic τ_i = i (the spec's control for the timing noise).
+    Preset("control", horizon=6000.0, tune_seeds=2, report_seeds=6, train_size=6000, log_points=40, timing="fixed"),
+    # full: the paper's horizon 3·10⁴ (hours on 2 cores: benchmarks/RESULTS.md; resumable per run).
+    Preset("full", horizon=30000.0, tune_seeds=2, report_seeds=6, train_size=12000, log_points=60),
 )}
 
 N_WORKERS = 100
@@ -85,125 +107,193 @@ def _methods(n: int, taus: np.ndarray) -> dict:
     }
 
 
-def build(*, train_size: int, horizon: float, seed: int = 0, data_path: Optional[str] = None,
-          timing: str = "random"):
-    """The problem, the schedule and the data set's name. ``timing``: "random" (τ_i + |N(0, i)|
-    per job) or "fixed" (exactly τ_i = i)."""
-    ds = load_mnist_format(data_path)
-    keep = stratified_subset(ds.y_train, train_size, seed=seed)
-    problem = mlp_classifier(ds.x_train[keep], ds.y_train[keep], num_workers=N_WORKERS, split="dirichlet",
-                             alpha=ALPHA, hidden=128, batch_size=BATCH, seed=seed, dtype=np.float32)
+def expected_durations(timing: str) -> np.ndarray:
+    """E[job time] per worker: i + √i·√(2/π) for τ_i + |N(0, i)|, exactly i for "fixed"."""
     i = np.arange(1.0, N_WORKERS + 1)
     if timing == "fixed":
-        schedule = schedules.fixed_computation(i, num_events=int(np.ceil(horizon * np.sum(1.0 / i))))
-        return problem, schedule, ds.name
+        return i
     if timing != "random":
         raise ValueError(f"timing must be 'random' or 'fixed'; got {timing!r}")
-    mean = i + np.sqrt(i) * np.sqrt(2.0 / np.pi)  # E[τ_i + |N(0, i)|]
+    return i + np.sqrt(i) * np.sqrt(2.0 / np.pi)
+
+
+@functools.lru_cache(maxsize=2)
+def _dataset(data_path: Optional[str]):
+    return load_mnist_format(data_path)
+
+
+def build(*, seed: int, train_size: int, horizon: float, data_path: Optional[str] = None, timing: str = "random",
+          test_size: Optional[int] = None):
+    """Seed ``seed``'s problem (its own subset, split and initial model, the test split for
+    accuracy), its schedule (its own job-time draws) and its minibatch key; and the data set's name."""
+    mean = expected_durations(timing)
+    src = claims.seed_sources(seed, SOURCES)
+    ds = _dataset(data_path)
+    keep = stratified_subset(ds.y_train, train_size, seed=src["subset"])
+    test = slice(None) if test_size is None else slice(0, int(test_size))
+    problem = mlp_classifier(ds.x_train[keep], ds.y_train[keep], num_workers=N_WORKERS, split="dirichlet",
+                             alpha=ALPHA, hidden=128, batch_size=BATCH, seed=src["split"], init_seed=src["init"],
+                             dtype=np.float32, test_images=ds.x_test[test], test_labels=ds.y_test[test])
     events = int(np.ceil(horizon * np.sum(1.0 / mean)))
-    schedule = schedules.random_durations(i, num_events=events, noise="halfnormal", scale=np.sqrt(i), seed=seed + 1)
-    return problem, schedule, ds.name
+    i = np.arange(1.0, N_WORKERS + 1)
+    if timing == "fixed":
+        schedule = schedules.fixed_computation(i, num_events=events)
+    else:
+        schedule = schedules.random_durations(i, num_events=events, noise="halfnormal", scale=np.sqrt(i),
+                                              seed=src["timing"])
+    return problem, schedule, jax.random.key(src["minibatches"]), ds.name
 
 
-def _run_part(make, stepsize, problem, schedule, keys, log_every) -> dict:
-    """One step size of one method over all seeds: one compiled :func:`sim.sweep`."""
-    res = sim.sweep(make(float(stepsize)), problem, schedule, keys=keys,
-                    hparams={"stepsize": np.asarray([stepsize], np.float32)}, log_every=log_every)
-    return {"loss": np.asarray(res.metrics["loss"], np.float64)[0],
-            "grad_sq": np.asarray(res.metrics["grad_norm"], np.float64)[0] ** 2,
-            "diverged_at": np.asarray(res.diverged_at)[0], "time": np.asarray(res.metrics["time"], np.float64)}
+def _run(make, stepsize: float, seed: int, cfg: Preset, data_path) -> dict:
+    """One run: one method at one step on one seed's problem, schedule and key."""
+    problem, schedule, key, _ = build(seed=seed, train_size=cfg.train_size, horizon=cfg.horizon, data_path=data_path,
+                                      timing=cfg.timing, test_size=cfg.test_size)
+    res = sim.sweep(make(float(stepsize)), problem, schedule, keys=key[None],
+                    hparams={"stepsize": np.asarray([stepsize], np.float32)},
+                    log_every=max(1, schedule.num_events // cfg.log_points))
+    m = res.metrics
+    return {"time": np.asarray(m["time"], np.float64), "loss": np.asarray(m["loss"], np.float64)[0, 0],
+            "grad_sq": np.asarray(m["grad_norm"], np.float64)[0, 0] ** 2,
+            "test_accuracy": np.asarray(m["test_accuracy"], np.float64)[0, 0],
+            "diverged_at": int(np.asarray(res.diverged_at)[0, 0]), "end_time": float(schedule.end_time)}
+
+
+def tail_loss(loss: np.ndarray) -> float:
+    """F averaged over the last fifth of the log points (inf if the run diverged: NaN there)."""
+    v = float(np.mean(loss[int(0.8 * loss.size):]))
+    return v if math.isfinite(v) else math.inf
 
 
 def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, progress: bool = True) -> dict:
-    """Every method on its step grid. Each (method, step size) is one compiled sweep over the seeds
-    and one part (splitting the grid this way gives the same numbers bit for bit as one sweep over
-    grid × seeds; ``tests/delaylab/test_figures.py`` checks it), so a stopped run resumes where it was."""
+    """Every method: its step bracketed on the tuning seeds, then its runs on the reported seeds.
+    Each (method, step, seed) run is one part."""
     cfg = preset
-    problem, schedule, dataset = build(train_size=cfg.train_size, horizon=cfg.horizon, data_path=data_path,
-                                       timing=cfg.timing)
-    keys = jax.random.split(jax.random.key(0), cfg.seeds)
-    log_every = max(1, schedule.num_events // cfg.log_points)
-    out = {"preset": cfg.name, "dataset": dataset, "n": N_WORKERS, "timing": cfg.timing,
-           "events": schedule.num_events, "end_time": schedule.end_time, "seeds": cfg.seeds,
-           "train_size": int(problem.data["y"].size), "methods": {}}
-    methods = _methods(N_WORKERS, schedule.mean_durations)
-    total = sum(len(cfg.grid) for _ in methods)
-    done = 0
-    for mi, (name, make) in enumerate(methods.items()):
-        grid = np.asarray([GRIDS[name][k] for k in cfg.grid], np.float32)
-        runs = []
-        for k, g in enumerate(grid):
-            inputs = dict(preset=cfg, dataset=dataset, events=int(schedule.num_events),
-                          end_time=round(float(schedule.end_time), 9), method=name, stepsize=float(g))
-            part, reused = parts.get(f"m{mi}_g{k}", inputs,
-                                     lambda make=make, g=g: _run_part(make, g, problem, schedule, keys, log_every))
-            runs.append(part)
-            done += 1
-            if progress:
-                how = "stored part reused" if reused else f"{part['seconds']:.0f} s"
-                print(f"  r5 [{done}/{total}] {name:16s} γ = {float(g):.4g}: {how}", flush=True)
-        loss = np.stack([p["loss"] for p in runs])  # [H, S, L]
-        g2 = np.stack([p["grad_sq"] for p in runs])
-        diverged_at = np.stack([p["diverged_at"] for p in runs])
-        seconds = float(sum(p["seconds"] for p in runs))
-        tail = slice(int(0.8 * loss.shape[-1]), None)
-        score = np.median(np.nanmean(loss[..., tail], axis=-1), axis=-1)  # [H]
-        score = np.where(np.any(diverged_at >= 0, axis=-1), np.inf, score)
-        best = int(np.argmin(score))
-        out["time"] = runs[0]["time"]
-        out["methods"][name] = {"grid": grid.tolist(), "score": score.tolist(), "best": best,
-                                "stepsize": float(grid[best]), "loss": loss[best], "grad_sq": g2[best],
-                                "diverged": int(np.sum(diverged_at >= 0)), "seconds": seconds,
-                                "run_events_per_s": grid.size * cfg.seeds * schedule.num_events / seconds}
+    tune, report = claims.disjoint_seeds(cfg.tune_seeds, cfg.report_seeds)
+    _, schedule0, _, dataset = build(seed=report[0], train_size=cfg.train_size, horizon=cfg.horizon,
+                                     data_path=data_path, timing=cfg.timing, test_size=cfg.test_size)
+    out = {"preset": cfg.name, "config": dataclasses.asdict(cfg), "dataset": dataset, "n": N_WORKERS,
+           "events": int(schedule0.num_events), "tune_seeds": tune, "report_seeds": report, "methods": {}}
+    methods = _methods(N_WORKERS, expected_durations(cfg.timing))
+    count = [0]
+
+    def run(mi, name, g, seed):
+        inputs = dict(preset=cfg, dataset=dataset, method=name, stepsize=float(g), seed=int(seed))
+        part, reused = parts.get(f"m{mi}_g{float(g):.6g}_s{seed}", inputs,
+                                 lambda: _run(methods[name], g, seed, cfg, data_path))
+        count[0] += 1
         if progress:
-            print(f"  r5 {name:16s} γ grid {[float(f'{g:.4g}') for g in grid]} → {grid[best]:.4g}; "
-                  f"{seconds:.0f} s, {out['methods'][name]['run_events_per_s']:.0f} run-events/s", flush=True)
+            how = "stored part reused" if reused else f"{part['seconds']:.0f} s"
+            print(f"  r5 [{count[0]}] {name:16s} γ = {float(g):.4g}, seed {seed}: {how}", flush=True)
+        return part
+
+    for mi, name in enumerate(methods):
+        def score(g, mi=mi, name=name):
+            return float(np.mean([tail_loss(run(mi, name, g, s)["loss"]) for s in tune]))
+
+        b = claims.bracket(score, GRIDS[name], max_extend=cfg.max_extend)
+        runs = [run(mi, name, b.best, s) for s in report]
+        out["methods"][name] = {"times": np.stack([r["time"] for r in runs]),  # [seeds, logs]: a seed's own job times
+            "bracket": {"steps": list(b.steps), "scores": list(b.scores), "best": b.best, "interior": b.interior,
+                        "edge": b.edge, "extended": b.extended},
+            **{k: np.stack([r[k] for r in runs]) for k in ("loss", "grad_sq", "test_accuracy")},
+            "diverged": int(sum(r["diverged_at"] >= 0 for r in runs)),
+            "end_times": [r["end_time"] for r in runs]}
+        if progress:
+            print(f"  r5 {name:16s} {b.note()}", flush=True)
+    # the log points' times differ a little from seed to seed (each draws its own job times); the
+    # curves are drawn against their median, the verdicts read each seed at its own times
+    out["time"] = np.median(next(iter(out["methods"].values()))["times"], axis=0)
     return out
 
 
-def _final(m: dict, key: str) -> float:
-    tail = slice(int(0.8 * m[key].shape[-1]), None)
-    return float(np.median(np.nanmean(m[key][:, tail], axis=-1)))
+def _bracket(m: dict) -> claims.Bracket:
+    b = m["bracket"]
+    return claims.Bracket(tuple(b["steps"]), tuple(b["scores"]), float(b["best"]), bool(b["interior"]), str(b["edge"]),
+                          int(b["extended"]))
+
+
+def at_time(data: dict, key: str, t: float) -> dict:
+    """name -> per reported seed, ``key`` averaged over that seed's log points in (t − horizon/10, t]
+    (a run's last log point is at its last event, which may fall a little short of the horizon:
+    the window is closed at the run's end when that comes first; a window holding no log point
+    takes the last one before it)."""
+    out = {}
+    for name, m in data["methods"].items():
+        times, v = np.asarray(m["times"]), np.asarray(m[key])
+        end = np.minimum(t, times[:, -1:])
+        at_or_before = times <= end + 1e-9
+        last = np.arange(times.shape[1])[None, :] == np.sum(at_or_before, axis=1, keepdims=True) - 1
+        w = ((times > end - data["config"]["horizon"] / 10) & at_or_before) | last  # never empty
+        out[name] = np.sum(np.where(w, v, 0.0), axis=1) / np.sum(w, axis=1)
+    return out
+
+
+def ranking_claim(data: dict, t: float) -> dict:
+    """Fig. B's ranking at time t (module docstring): verdict, the two comparisons, the reason."""
+    f = at_time(data, "loss", t)
+    if not set(RANKING) <= set(f):
+        return {"verdict": claims.INCONCLUSIVE, "parts": [], "why": "this run lacks " +
+                ", ".join(k for k in RANKING if k not in f)}
+    logs = {k: np.log(f[k]) for k in RANKING}
+    verdict, parts = claims.conjunction([
+        (f"{a} below {b}", "below", logs[a] - logs[b]) for a, b in zip(RANKING, RANKING[1:])])
+    verdict, why = claims.gated(verdict, [_bracket(data["methods"][k]) for k in RANKING])
+    return {"verdict": verdict, "parts": parts, "why": why}
+
+
+def check_times(data: dict) -> list:
+    h = float(data["config"]["horizon"])
+    return [h / 3, 2 * h / 3, h]
+
+
+def _fmt_ratio(iv) -> str:
+    return f"{math.exp(iv.mean):.3g} [{math.exp(iv.lo):.3g}, {math.exp(iv.hi):.3g}]"
 
 
 def findings(data: dict) -> str:
-    lines = [f"R5 ({data['preset']} preset): {data['dataset']}, {data['train_size']} training images "
+    cfg = data["config"]
+    timing = "τ_i = i exactly" if cfg["timing"] == "fixed" else "τ_i = i + |N(0, i)|"
+    lines = [f"R5 ({data['preset']} preset): {data['dataset']}, {cfg['train_size']} training images per seed "
              f"(class-stratified subset), n = {data['n']}, Dirichlet α = {ALPHA}, MLP 784–128–10, batch {BATCH}, "
-             f"{'τ_i = i exactly' if data.get('timing') == 'fixed' else 'τ_i = i + |N(0, i)|'}; {data['events']} events to simulated time {data['end_time']:.0f}; "
-             f"{data['seeds']} seeds (median over seeds of the mean over the last fifth of the run).",
-             f"{'method':16s} {'γ':>8s} {'loss':>9s} {'‖∇F‖²':>10s}  grid (γ: tail loss)"]
-    finals = {}
+             f"{timing}; {data['events']} events to simulated time {cfg['horizon']:g}.",
+             f"Seeds: steps bracketed on tuning seeds {data['tune_seeds']}, reported on seeds {data['report_seeds']}; "
+             "each seed draws its own " + ", ".join(SOURCES) + " (the test split is the same for every seed).",
+             f"{'method':16s} {'γ':>8s} {'F (end)':>9s} {'‖∇F‖²':>10s} {'test acc':>9s}  bracket (γ: tuning score)"]
+    h = float(cfg["horizon"])
+    end = {k: at_time(data, key, h) for k, key in (("F", "loss"), ("g2", "grad_sq"), ("acc", "test_accuracy"))}
     for name, m in data["methods"].items():
-        finals[name] = _final(m, "loss")
-        grid = ", ".join(f"{g:g}: {s:.3g}" for g, s in zip(m["grid"], m["score"]))
-        lines.append(f"{name:16s} {m['stepsize']:8.3g} {finals[name]:9.4f} {_final(m, 'grad_sq'):10.4g}  {grid}")
-        if m["best"] in (0, len(m["grid"]) - 1) and len(m["grid"]) > 1:
-            lines.append(f"  ({name}: the chosen step is at the edge of its grid)")
-    order = sorted(finals, key=finals.get)
-    lines.append("Ranking by final training loss: " + " < ".join(order) + ".")
-    rank = {k: order.index(k) for k in order}
-    claim = "The Rescaled paper's Fig. B ranking (Rescaled below Ringleader below Malenia at t = 3·10⁴) "
-    if not {"Rescaled ASGD", "Malenia SGD", "Ringleader ASGD"} <= set(rank):
-        lines.append(claim + "is not judged: this run has only " + ", ".join(order) + ".")
-    else:
-        rescaled_first = rank["Rescaled ASGD"] < min(rank["Malenia SGD"], rank["Ringleader ASGD"])
-        ringleader_second = rank["Ringleader ASGD"] < rank["Malenia SGD"]
-        if rescaled_first and ringleader_second:
-            verdict = "holds on this run."
-        elif rescaled_first:
-            verdict = ("holds in part: Rescaled is below both Malenia and Ringleader, but Ringleader is not below "
-                       "Malenia.")
-        else:
-            verdict = "does NOT hold on this run: Rescaled is not below both Malenia and Ringleader."
-        lines.append(claim + verdict)
-    if {"vanilla ASGD", "Rescaled ASGD"} <= set(rank) and rank["vanilla ASGD"] < rank["Rescaled ASGD"]:
-        lines.append("Vanilla ASGD (not in Fig. B) reaches a lower training loss than Rescaled over this horizon, "
-                     "although it weights the fast workers' shards more (the bias verify measures on quadratics).")
+        b = _bracket(m)
+        grid = ", ".join(f"{g:.4g}: {s:.3g}" for g, s in zip(b.steps, b.scores))
+        lines.append(f"{name:16s} {b.best:8.3g} {np.median(end['F'][name]):9.4f} {np.median(end['g2'][name]):10.4g} "
+                     f"{np.median(end['acc'][name]):9.3f}  {grid}")
+        if not b.interior:
+            lines.append(f"  ({name}: {b.note()})")
+        if m["diverged"]:
+            lines.append(f"  ({name}: {m['diverged']} reported run(s) diverged)")
+    lines.append("(medians over the reported seeds of the values averaged over the last tenth of the run)")
+    lines.append("Fig. B's ranking, Rescaled below Ringleader below Malenia in training loss F: per comparison the "
+                 "geometric mean over seeds of F_A/F_B with its 95% t interval (of the mean log ratio).")
+    for t in check_times(data):
+        c = ranking_claim(data, t)
+        parts = "; ".join(f"{p.name}: ratio {_fmt_ratio(p.interval)} ({p.verdict})" for p in c["parts"])
+        lines.append(f"  t = {t:g}: {c['verdict']}" + (f" ({parts})" if parts else "") + (f"; {c['why']}" if c["why"] else ""))
     if data["preset"] != "full":
-        lines.append(f"This is the {data['preset']} preset: horizon {data['end_time']:.0f}, not the paper's 3·10⁴, "
-                     f"and a {len(next(iter(data['methods'].values()))['grid'])}-point step grid; the ranking may "
-                     "change over the full horizon.")
+        lines.append(f"This is the {data['preset']} preset: horizon {h:g}, not the paper's 3·10⁴.")
     return "\n".join(lines) + "\n"
+
+
+def verdicts(data: dict) -> list:
+    cfg = data["config"]
+    out = []
+    for t in check_times(data):
+        c = ranking_claim(data, t)
+        ev = "; ".join(f"F ratio {p.name.replace(' below ', '/')} {_fmt_ratio(p.interval)}" for p in c["parts"])
+        out.append({"claim": f"Fig. B's ranking at t = {t:g}: Rescaled below Ringleader below Malenia in training loss",
+                    "verdict": c["verdict"], "evidence": ev + (f"; {c['why']}" if c["why"] else ""),
+                    "conditions": f"{data['preset']}: horizon {cfg['horizon']:g}, {'fixed' if cfg['timing'] == 'fixed' else 'random'} "
+                                  f"times, steps bracketed on {len(data['tune_seeds'])} tuning seeds, "
+                                  f"{len(data['report_seeds'])} reported seeds (each resampling {', '.join(SOURCES)})"})
+    return out
 
 
 def plot(data: dict, path: str) -> None:
@@ -213,52 +303,30 @@ def plot(data: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     colors = ("tab:red", "tab:blue", "tab:purple", "tab:orange", "tab:green")
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), dpi=120)
-    t = data["time"]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), dpi=110)
+    t = np.asarray(data["time"])
     for (name, m), color in zip(data["methods"].items(), colors):
-        for ax, key in zip(axes, ("loss", "grad_sq")):
-            med = np.nanmedian(m[key], axis=0)
-            lo, hi = np.nanpercentile(m[key], [25, 75], axis=0)
-            ax.plot(t, med, color=color, lw=1.4, label=f"{name} (γ = {m['stepsize']:g})")
+        for ax, key in zip(axes, ("loss", "grad_sq", "test_accuracy")):
+            v = np.asarray(m[key])
+            med = np.nanmedian(v, axis=0)
+            lo, hi = np.nanpercentile(v, [25, 75], axis=0)
+            ax.plot(t, med, color=color, lw=1.4, label=f"{name} (γ = {m['bracket']['best']:.3g})")
             ax.fill_between(t, lo, hi, color=color, alpha=0.2)
-    for ax, label in zip(axes, ("training cross-entropy F", "‖∇F‖²")):
-        ax.set_yscale("log")
+    for ax, label in zip(axes, ("training cross-entropy F", "‖∇F‖²", "test accuracy")):
+        if label != "test accuracy":
+            ax.set_yscale("log")
         ax.set_xlabel("simulated time")
         ax.set_ylabel(f"{label} (median, IQR band)")
         ax.grid(alpha=0.3)
+    for t_check in check_times(data):
+        axes[0].axvline(t_check, color="0.6", lw=0.8, ls=":")
     axes[0].legend(fontsize=8)
-    timing = "τ_i = i" if data.get("timing") == "fixed" else "τ_i = i + |N(0, i)|"
-    fig.suptitle(f"R5: {data['dataset']}, n = {data['n']}, Dirichlet α = {ALPHA}, {timing} "
-                 f"({data['preset']} preset, {data['seeds']} seeds)", fontsize=10)
+    cfg = data["config"]
+    timing = "τ_i = i" if cfg["timing"] == "fixed" else "τ_i = i + |N(0, i)|"
+    fig.suptitle(f"R5: {data['dataset']}, n = {data['n']}, Dirichlet α = {ALPHA}, {timing} ({data['preset']} preset, "
+                 f"{len(data['report_seeds'])} seeds resampling data, split, init, times; steps bracketed on "
+                 f"{len(data['tune_seeds'])} other seeds; dotted: where the ranking is judged)", fontsize=9)
     save_figure(fig, path)
-
-
-def save_data(path: str, data: dict) -> None:
-    """Every curve of every seed (the chosen step) and the grid scores, as a plain .npz."""
-    flat = {"time": np.asarray(data["time"])}
-    for k in ("preset", "dataset", "n", "timing", "events", "end_time", "seeds", "train_size"):
-        flat[f"meta_{k}"] = np.asarray(data[k])
-    for i, (name, m) in enumerate(data["methods"].items()):
-        flat[f"m{i}_name"] = np.asarray(name)
-        for k in ("grid", "score", "best", "stepsize", "loss", "grad_sq", "diverged", "seconds", "run_events_per_s"):
-            flat[f"m{i}_{k}"] = np.asarray(m[k])
-    np.savez_compressed(path, **flat)
-
-
-def load_data(path: str) -> dict:
-    """The inverse of :func:`save_data` (no pickles)."""
-    with np.load(path, allow_pickle=False) as z:
-        data = {k[5:]: z[k].item() if z[k].ndim == 0 else z[k] for k in z.files if k.startswith("meta_")}
-        data["time"] = z["time"]
-        data["methods"] = {}
-        i = 0
-        while f"m{i}_name" in z.files:
-            m = {k: z[f"m{i}_{k}"] for k in ("grid", "score", "loss", "grad_sq")}
-            m.update({k: z[f"m{i}_{k}"].item() for k in ("best", "stepsize", "diverged", "seconds", "run_events_per_s")})
-            m["grid"], m["score"] = m["grid"].tolist(), m["score"].tolist()
-            data["methods"][str(z[f"m{i}_name"])] = m
-            i += 1
-    return data
 
 
 def rows(data: dict) -> list[dict]:
@@ -266,15 +334,15 @@ def rows(data: dict) -> list[dict]:
     for j, t in enumerate(data["time"]):
         row = {"time": float(t)}
         for name, m in data["methods"].items():
-            row[f"{name} loss"] = float(np.nanmedian(m["loss"][:, j]))
-            row[f"{name} grad_sq"] = float(np.nanmedian(m["grad_sq"][:, j]))
+            for key in ("loss", "grad_sq", "test_accuracy"):
+                row[f"{name} {key}"] = float(np.nanmedian(np.asarray(m[key])[:, j]))
         out.append(row)
     return out
 
 
 def stem(data: dict) -> str:
-    return "r5_mnist_control" if data.get("timing") == "fixed" else "r5_mnist"
+    return "r5_mnist" if data["preset"] == "full" else f"r5_mnist_{data['preset']}"
 
 
 FIGURE = Figure("r5", "MNIST-format MLP, n = 100, Dirichlet 0.1: Rescaled, Malenia, Ringleader, IA²SGD, vanilla", PRESETS,
-                compute, plot, findings, rows, stem=stem, module=__file__, save=save_data, load=load_data)
+                compute, plot, findings, rows, stem=stem, module=__file__, verdicts=verdicts)

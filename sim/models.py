@@ -70,14 +70,15 @@ class _ShardLosses:
 
 def mlp_classifier(images, labels, *, num_workers: int, split: str = "dirichlet", alpha: float = 0.1,
                    hidden: int = 128, batch_size: Optional[int] = 4, seed: int = 0, dtype=None,
-                   test_images=None, test_labels=None) -> Problem:
+                   test_images=None, test_labels=None, init_seed: Optional[int] = None) -> Problem:
     """An MLP classifier trained by ``num_workers`` workers, each on its own shard.
 
     Args:
       images: [N, ...] inputs (flattened inside the model); labels: [N] integer classes.
       split: "iid", "label" (sorted contiguous shards) or "dirichlet" (α per worker, equal sizes).
       hidden: width of the hidden layer. batch_size: examples per stochastic gradient (None:
-        the whole shard). seed: seeds the split and the initial parameters.
+        the whole shard). seed: seeds the split, and the initial parameters unless ``init_seed``
+        is given (then the two are independent sources).
       test_images, test_labels: if given, the test accuracy is logged with F at every log point
         (``metrics["test_accuracy"]``).
     """
@@ -98,7 +99,7 @@ def mlp_classifier(images, labels, *, num_workers: int, split: str = "dirichlet"
     classes = int(y.max()) + 1
     module = MLP(hidden=hidden, classes=classes)
     dt = jnp.dtype(dtype) if dtype is not None else jnp.asarray(0.0).dtype
-    params = module.init(jax.random.key(seed), jnp.zeros((1,) + X.shape[1:], dt))["params"]
+    params = module.init(jax.random.key(seed if init_seed is None else init_seed), jnp.zeros((1,) + X.shape[1:], dt))["params"]
     params = jax.tree.map(lambda p: p.astype(dt), params)
     loss = _BatchLoss(module, None if batch_size is None else int(batch_size))
     data = {"X": jnp.asarray(X[idx], dt), "y": jnp.asarray(y[idx])}

@@ -244,18 +244,20 @@ def test_r4_runs_through_the_cli_with_steps_that_bracket(tmp_path, monkeypatch):
     assert interior >= 6, f"only {interior} of 12 steps bracketed: the test's horizon is too short to test anything"
 
 
-def test_r5_parts_equal_one_sweep_and_the_run_starts_at_the_initial_loss(tmp_path, monkeypatch):
+def test_r5_seeds_resample_every_source_and_a_part_is_a_direct_run(tmp_path, monkeypatch):
     """R5 on a tiny preset with one of its methods (each compiles its own program; the real
-    presets' runtimes are in benchmarks/RESULTS.md, not tested): each (method, step) part equals
-    the same runs inside one sweep over the whole grid, bit for bit; the logged F at t = 0 equals a
-    plain NumPy forward pass of the initial MLP over the same training subset; the figure, written
-    from the stored parts without running anything, redraws to the same text."""
+    presets' runtimes are in benchmarks/RESULTS.md, not tested): a seed draws its own training
+    subset and split, initial model, job times and minibatch key; a stored part equals a direct
+    sweep on that seed's problem, bit for bit; the logged F at t = 0 equals a plain NumPy forward
+    pass of the initial MLP over the seed's training subset; the figure, written from the stored
+    parts without running anything, redraws to the same text."""
     import jax
 
     import sim
     from paper_figures import r5_mnist
 
-    tiny = r5_mnist.Preset("tiny", horizon=20.0, seeds=2, grid=(0, 1), train_size=600, log_points=4)
+    tiny = r5_mnist.Preset("tiny", horizon=20.0, tune_seeds=1, report_seeds=2, train_size=600, log_points=4,
+                           max_extend=1, test_size=200)
     monkeypatch.setitem(r5_mnist.PRESETS, "tiny", tiny)
     full_methods = r5_mnist._methods
     monkeypatch.setattr(r5_mnist, "_methods", lambda n, taus: {
@@ -263,29 +265,35 @@ def test_r5_parts_equal_one_sweep_and_the_run_starts_at_the_initial_loss(tmp_pat
     fig = paper_figures.figure("r5")
     out = tmp_path / "out"
     data = fig.compute_data("tiny", str(out), quiet=True)
-    parts = out / ".parts" / "r5_tiny"
-    assert sorted(f.name for f in parts.iterdir()) == ["m0_g0.npz", "m0_g1.npz"]
+    m = data["methods"]["vanilla ASGD"]
+    assert data["tune_seeds"] == [10000] and data["report_seeds"] == [0, 1]
+    step = m["bracket"]["best"]
+    assert step in m["bracket"]["steps"] and len(m["bracket"]["steps"]) >= 3
 
-    problem, schedule, _ = r5_mnist.build(train_size=600, horizon=20.0)
-    keys = jax.random.split(jax.random.key(0), 2)
-    make = full_methods(100, schedule.mean_durations)["vanilla ASGD"]
-    grid = np.asarray(r5_mnist.GRIDS["vanilla ASGD"][:2], np.float32)
-    joint = sim.sweep(make(float(grid[0])), problem, schedule, keys=keys, hparams={"stepsize": grid},
-                      log_every=max(1, schedule.num_events // 4))
-    for k in range(2):
-        np.testing.assert_array_equal(_figure.load_data(str(parts / f"m0_g{k}.npz"))["loss"],
-                                      np.asarray(joint.metrics["loss"], np.float64)[k])
+    kw = dict(train_size=600, horizon=20.0, test_size=200)
+    (p0, s0, k0, _), (p1, s1, k1, _) = r5_mnist.build(seed=0, **kw), r5_mnist.build(seed=1, **kw)
+    assert not np.array_equal(np.asarray(p0.data["X"]), np.asarray(p1.data["X"]))  # subset and split
+    assert not np.array_equal(np.asarray(p0.x0["Dense_0"]["kernel"]), np.asarray(p1.x0["Dense_0"]["kernel"]))  # init
+    assert s0.num_events == s1.num_events and not np.array_equal(s0.durations, s1.durations)  # job times
+    assert not np.array_equal(jax.random.key_data(k0), jax.random.key_data(k1))  # minibatches
+    np.testing.assert_array_equal(np.asarray(p0.data["X_test"]), np.asarray(p1.data["X_test"]))  # the same test images
 
-    p = {k: {kk: np.asarray(vv, np.float64) for kk, vv in v.items()} for k, v in problem.x0.items()}
-    X = np.asarray(problem.data["X"], np.float64)
+    make = full_methods(100, r5_mnist.expected_durations("random"))["vanilla ASGD"]
+    direct = sim.sweep(make(step), p1, s1, keys=k1[None], hparams={"stepsize": np.asarray([step], np.float32)},
+                       log_every=max(1, s1.num_events // 4))
+    np.testing.assert_array_equal(m["loss"][1], np.asarray(direct.metrics["loss"], np.float64)[0, 0])
+    np.testing.assert_array_equal(m["test_accuracy"][1], np.asarray(direct.metrics["test_accuracy"], np.float64)[0, 0])
+
+    p = {k: {kk: np.asarray(vv, np.float64) for kk, vv in v.items()} for k, v in p1.x0.items()}
+    X = np.asarray(p1.data["X"], np.float64)
     X = X.reshape(X.shape[0] * X.shape[1], -1)  # every worker's images, flattened (784 or 64 pixels)
-    y = np.asarray(problem.data["y"]).ravel()
+    y = np.asarray(p1.data["y"]).ravel()
+    assert len(y) == 600  # equal shards partition the subset: (1/n) Σ F_i is the pooled loss
     h = np.maximum(X @ p["Dense_0"]["kernel"] + p["Dense_0"]["bias"], 0.0)
     z = h @ p["Dense_1"]["kernel"] + p["Dense_1"]["bias"]
     z = z - z.max(axis=1, keepdims=True)
     f0 = float(np.mean(np.log(np.exp(z).sum(axis=1)) - z[np.arange(len(y)), y]))
-    for m in data["methods"].values():
-        assert np.all(np.abs(m["loss"][:, 0] - f0) < 1e-4 * f0)
+    assert abs(m["loss"][1, 0] - f0) < 1e-4 * f0
 
     calls = []
     real_sweep = sim.sweep
@@ -293,19 +301,49 @@ def test_r5_parts_equal_one_sweep_and_the_run_starts_at_the_initial_loss(tmp_pat
     assert cli.main(["figure", "r5", "--preset", "tiny", "--out", str(out)]) == 0
     assert calls == []  # every part came from the stopped run
     assert not (out / ".parts").exists()
-    text = (out / "r5_mnist.txt").read_text()
-    assert "Ranking by final training loss" in text and "tiny preset" in text
-    assert r5_mnist.findings(r5_mnist.load_data(str(out / "r5_mnist.npz"))) == text
+    text = (out / "r5_mnist_tiny.txt").read_text()
+    assert "tiny preset" in text and "this run lacks Rescaled ASGD, Ringleader ASGD, Malenia SGD" in text
+    assert r5_mnist.findings(fig.load(str(out / "r5_mnist_tiny.npz"))) == text
+
+
+def _r5_synthetic(logf: dict, interior=True) -> dict:
+    """R5 data with the given per-seed log F at every log point (no run)."""
+    times = np.tile(np.linspace(0.0, 300.0, 31), (len(next(iter(logf.values()))), 1))
+    bracket = {"steps": [1.0, 2.0, 3.0], "scores": [2.0, 1.0, 2.0 if interior else 0.5], "best": 2.0 if interior else 3.0,
+               "interior": interior, "edge": "" if interior else "upper", "extended": 0}
+    return {"config": {"horizon": 300.0}, "methods": {k: {"times": times, "bracket": bracket,
+                                                          "loss": np.exp(np.asarray(v, float)[:, None] + 0 * times)}
+                                                      for k, v in logf.items()}}
+
+
+def test_r5_ranking_verdict_is_paired_over_seeds_and_gated_by_edges():
+    from paper_figures import r5_mnist
+
+    rng = np.random.default_rng(0)
+    seed_effect = rng.normal(0.0, 1.0, 6)  # shared by the methods on a seed: the pairing removes it
+    noise = lambda: rng.normal(0.0, 0.01, 6)  # noqa: E731
+    order = {"Rescaled ASGD": seed_effect + noise(), "Ringleader ASGD": seed_effect + 0.1 + noise(),
+             "Malenia SGD": seed_effect + 0.2 + noise()}
+    c = r5_mnist.ranking_claim(_r5_synthetic(order), 300.0)
+    assert c["verdict"] == "holds", c
+    # unpaired, the seed effect (sd 1) would swamp the 0.1 gaps; paired, the intervals are narrow
+    assert all(p.interval.half < 0.05 for p in c["parts"])
+    swapped = dict(order, **{"Ringleader ASGD": order["Malenia SGD"], "Malenia SGD": order["Ringleader ASGD"]})
+    assert r5_mnist.ranking_claim(_r5_synthetic(swapped), 300.0)["verdict"] == "does not hold"
+    tied = dict(order, **{"Ringleader ASGD": seed_effect + rng.normal(0.0, 0.5, 6)})
+    assert r5_mnist.ranking_claim(_r5_synthetic(tied), 300.0)["verdict"] == "inconclusive"
+    edge = r5_mnist.ranking_claim(_r5_synthetic(order, interior=False), 300.0)
+    assert edge["verdict"] == "inconclusive" and "grid's edge" in edge["why"]
 
 
 def test_r5_control_timing_is_exact_and_bad_timing_is_refused():
     from paper_figures import r5_mnist
 
-    problem, sched, _ = r5_mnist.build(train_size=2000, horizon=30.0, timing="fixed")
+    problem, sched, _, _ = r5_mnist.build(seed=0, train_size=2000, horizon=30.0, timing="fixed", test_size=100)
     assert problem.num_workers == 100 and problem.data["y"].shape[0] == 100
     np.testing.assert_array_equal(sched.durations, sched.worker + 1.0)  # τ_i = i exactly
     with pytest.raises(ValueError, match="timing must be 'random' or 'fixed'"):
-        r5_mnist.build(train_size=2000, horizon=30.0, timing="lognormal")
+        r5_mnist.build(seed=0, train_size=2000, horizon=30.0, timing="lognormal")
 
 
 def test_deahes_part_equals_a_direct_sweep_and_redraws(tmp_path, monkeypatch):
