@@ -166,6 +166,36 @@ def all_of(verdicts: Sequence[str]) -> str:
 
 
 # --------------------------------------------------------------------------------------------
+# times to a target
+
+
+def first_crossing(t: Sequence[float], v: Sequence[float], eps: float, smooth: int = 1) -> float:
+    """The first time the centred mean of ``v`` over ``smooth`` log points (fewer at the ends, so
+    the first points count) is ≤ ``eps``, linearly interpolated between log points so that the
+    time is not quantised to them; inf if never. NaN or inf (a diverged run) never counts as
+    below ``eps``."""
+    t, v = np.asarray(t, np.float64), np.asarray(v, np.float64)
+    if t.shape != v.shape or t.ndim != 1:
+        raise ValueError(f"t and v must be 1-D of one length; got {t.shape} and {v.shape}")
+    if int(smooth) != smooth or smooth < 1:
+        raise ValueError(f"smooth must be a positive integer; got {smooth!r}")
+    k = int(smooth) // 2
+    i = np.arange(v.size)
+    lo, hi = np.maximum(i - k, 0), np.minimum(i + k + 1, v.size)
+    with np.errstate(over="ignore", invalid="ignore"):  # after a divergence: inf or NaN windows,
+        c = np.concatenate([[0.0], np.cumsum(v)])  # which are never ≤ eps
+        s = (c[hi] - c[lo]) / (hi - lo)
+    below = np.flatnonzero(s <= eps)
+    if below.size == 0:
+        return math.inf
+    j = int(below[0])
+    if j == 0:
+        return float(t[0])
+    f = (s[j - 1] - eps) / (s[j - 1] - s[j])  # s[j-1] > eps ≥ s[j]
+    return float(t[j - 1] + f * (t[j] - t[j - 1]))
+
+
+# --------------------------------------------------------------------------------------------
 # steps that bracket the optimum
 
 

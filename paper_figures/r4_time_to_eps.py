@@ -119,25 +119,6 @@ def eps_levels(sigma2: float, steps: int) -> np.ndarray:
     return sigma2 * 0.1 * 0.5 ** np.arange(steps)
 
 
-def smoothed_crossing(t: np.ndarray, g2: np.ndarray, eps: float) -> float:
-    """The first time the centred mean of ``g2`` over SMOOTH log points (fewer at the ends) is ≤ eps,
-    linearly interpolated between log points; inf if never."""
-    k = SMOOTH // 2
-    i = np.arange(g2.size)
-    lo, hi = np.maximum(i - k, 0), np.minimum(i + k + 1, g2.size)
-    with np.errstate(over="ignore", invalid="ignore"):  # a diverged run: inf or NaN after it diverged,
-        c = np.concatenate([[0.0], np.cumsum(g2)])  # so those windows never count as below ε
-        s = (c[hi] - c[lo]) / (hi - lo)
-    below = np.flatnonzero(s <= eps)
-    if below.size == 0:
-        return math.inf
-    j = int(below[0])
-    if j == 0:
-        return float(t[0])
-    f = (s[j - 1] - eps) / (s[j - 1] - s[j])  # s[j-1] > eps ≥ s[j]
-    return float(t[j - 1] + f * (t[j] - t[j - 1]))
-
-
 def _setting(p: Preset, problem_kind: str, n: int, regime: str, spread: float) -> dict:
     """One setting: every method's bracketed step and time to every ε, on tuning and reported seeds."""
     sigma2, zeta2 = REGIMES[regime]
@@ -177,7 +158,7 @@ def _bracketed(alg, kind, scale, prob, taus, keys, n_tune, e, events, p) -> dict
                             log_every=max(1, sched.num_events // LOG_POINTS))
             t = np.asarray(res.metrics["time"], np.float64)
             g2 = np.asarray(res.metrics["grad_norm"], np.float64)[0] ** 2  # [seeds, logs]
-            cache[g] = np.asarray([smoothed_crossing(t, g2[s], e) for s in range(g2.shape[0])])
+            cache[g] = np.asarray([claims.first_crossing(t, g2[s], e, SMOOTH) for s in range(g2.shape[0])])
         return cache[g]
 
     b = claims.bracket(lambda g: float(np.median(times(g)[:n_tune])), p.grid, max_extend=p.max_extend, refine=REFINE)

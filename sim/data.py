@@ -203,9 +203,13 @@ def split_by_label(labels, num_workers: int) -> np.ndarray:
 def split_dirichlet(labels, num_workers: int, alpha: float, *, seed: int = 0) -> np.ndarray:
     """[n, m]: each worker's class proportions drawn from Dirichlet(α·1); equal-size shards.
 
-    Worker by worker, m examples are drawn without replacement from the class pools in the
-    drawn proportions; when a class runs out, its share goes to the classes that remain, in
-    proportion to the worker's weights (so shards stay equal and disjoint).
+    Shard by shard, m examples are drawn without replacement from the class pools in the drawn
+    proportions; when a class runs out, its share goes to the classes that remain, in proportion
+    to the shard's weights (so shards stay equal and disjoint). The shards drawn last get what the
+    pools have left, so they are the most skewed (for n = 100, α = 0.1: label entropy 0.40 for the
+    last five against 0.80 for the first twenty); they are handed to the workers in an order
+    drawn from the same seed, so that no worker index, and with it no worker speed where speed
+    follows the index, is tied to the leftovers.
     """
     labels = np.asarray(labels)
     m = _check_split(labels, num_workers)
@@ -230,7 +234,7 @@ def split_dirichlet(labels, num_workers: int, alpha: float, *, seed: int = 0) ->
                 del pools[c][:k]
                 need -= k
         out[w] = taken
-    return out
+    return out[rng.permutation(num_workers)]
 
 
 def split_overlap(labels, num_workers: int, ratio: float, *, seed: int = 0) -> np.ndarray:

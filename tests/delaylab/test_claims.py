@@ -210,3 +210,17 @@ def test_bracket_refines_around_an_interior_optimum():
     assert fine.interior and abs(np.log(fine.best / 0.0042)) <= np.log(10) / 8 + 1e-12
     assert min(fine.steps) < fine.best < max(fine.steps)
     assert len(fine.steps) == len(coarse.steps) + 4
+
+
+def test_first_crossing_interpolates_the_smoothed_curve():
+    t = np.arange(10.0)
+    v = np.array([9.0, 9.0, 9.0, 9.0, 9.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    # centred means over 5 points: ..., 9 (index 2), 7.4 (3), 5.8 (4), 4.2 (5), 2.6 (6), 1 (7), ...
+    assert V.first_crossing(t, v, 5.0, 5) == pytest.approx(4.0 + (5.8 - 5.0) / (5.8 - 4.2))
+    assert V.first_crossing(t, v, 0.5, 5) == np.inf
+    assert V.first_crossing(t, np.full(10, 0.1), 1.0, 5) == 0.0  # the first point counts (no dead start)
+    assert V.first_crossing(t, v, 5.0) == pytest.approx(4.5)  # unsmoothed: between 9 at 4 and 1 at 5
+    diverged = np.array([9.0, 9.0, np.inf, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan])
+    assert V.first_crossing(t, diverged, 5.0, 3) == np.inf
+    with pytest.raises(ValueError, match="smooth must be a positive integer"):
+        V.first_crossing(t, v, 1.0, 0)
