@@ -198,12 +198,15 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
     out = {"preset": cfg.name, "config": dataclasses.asdict(cfg), "dataset": dataset, "n": N_WORKERS,
            "events": int(schedule0.num_events), "tune_seeds": tune, "report_seeds": report, "methods": {}}
     methods = _methods(N_WORKERS, expected_durations(cfg.timing))
-    count = [0]
+    count, held = [0], {}  # held: the runs this process has, so a run read again is neither reloaded nor reprinted
 
     def run(mi, name, g, seed):
+        if (mi, float(g), seed) in held:
+            return held[mi, float(g), seed]
         inputs = dict(preset=cfg, dataset=dataset, method=name, stepsize=float(g), seed=int(seed))
         part, reused = parts.get(f"m{mi}_g{float(g):.6g}_s{seed}", inputs,
                                  lambda: _run(methods[name], g, seed, cfg, data_path))
+        held[mi, float(g), seed] = part
         count[0] += 1
         if progress:
             how = "stored part reused" if reused else f"{part['seconds']:.0f} s"

@@ -103,7 +103,12 @@ def test_redraw_refuses_bad_requests(tmp_path, capsys):
 def test_r1_vanilla_and_rescaled_settle_where_theory_says(tmp_path):
     assert cli.main(["figure", "r1", "--out", str(tmp_path)]) == 0
     text = (tmp_path / "fig_a.txt").read_text()
-    assert "holds here" in text and "1/τ_i" in text
+    assert "at the true one, each within 10% of the gap between them, averaged over the second half): holds." in text
+    assert "1/τ_i" in text
+    import json
+
+    rows_v = json.loads((tmp_path / "fig_a.verdicts.json").read_text())
+    assert [r["verdict"] for r in rows_v] == ["holds", "does not hold"]  # the printed 1/τ rule is more biased
     rows = np.genfromtxt(tmp_path / "fig_a.csv", delimiter=",", names=True)
     assert rows.dtype.names == ("time", "x_vanilla", "x_rescaled", "x_inverse_tau")
     # the limits are closed forms (specs/asgd.md §2.3): τ = (1, 5, 10), b = (1, −1, −2), unit curvature
@@ -185,6 +190,11 @@ def test_r3_floors_match_small_step_formula(tmp_path, monkeypatch):
     rows = np.genfromtxt(tmp_path / "r3_noise_floor.csv", delimiter=",", names=True, dtype=None, encoding="utf-8")
     small = rows[rows["stepsize"] <= 0.004]
     assert np.all(np.abs(small["measured"] / small["predicted"] - 1) < 0.05)
+    import json
+
+    got = json.loads((tmp_path / "r3_noise_floor.verdicts.json").read_text())
+    assert len(got) == 2 and all(v["verdict"] in ("holds", "does not hold", "inconclusive") for v in got)
+    assert "4 comparisons" in got[0]["evidence"] and "2 comparisons" in got[1]["evidence"]  # 2 rules × 2 γ; 2 γ
 
 
 def _r4_setting(slope, seeds: int = 5, noise: float = 0.02) -> dict:
