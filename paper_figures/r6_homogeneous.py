@@ -12,10 +12,14 @@ methods at their best, so it is judged on the time to reach F − F* ≤ ε with
 tuned for that ε (at one shared step the larger floor is a property of the set-up, not a finding):
 
 - **Seeds resample every random source** (:func:`delaylab.claims.seed_sources`): the problem
-  instance (A's eigenbasis, b), the initial point, the job-time draws and the gradient noise.
+  instance (A's eigenbasis, its spectrum inside [1, 4] with both ends kept, and b), the initial
+  point, the job-time draws and the gradient noise.
 - **Steps** are chosen per method and per ε by :func:`delaylab.claims.bracket` (score: the
   median time to ε over ``tune_seeds`` tuning seeds, disjoint from the reported ones; inf when
-  not reached), extended past an edge up to ``max_extend`` steps a side and refined once.
+  not reached, and inf for a step whose stationary F − F* on the tuning seeds is above
+  ``FLOOR_ELIGIBLE``·ε: such a step meets ε only in a noise dip, and timing the dip would reward
+  it), extended past an edge up to ``max_extend`` steps a side and refined once. The best step
+  often sits next to one that fails (diverges or cannot reach ε): the refinement halves that gap.
 - **Time to ε** is where F − F*, smoothed by a centred mean over ``SMOOTH`` log points, first
   falls to ε, interpolated between log points (:func:`delaylab.claims.first_crossing`).
 - **Verdict**, per ε: the paired log ratio log(T_vanilla/T_Rescaled) over reported seeds, its 95%
@@ -24,7 +28,7 @@ tuned for that ε (at one shared step the larger floor is a property of the set-
   (:func:`delaylab.claims.gated`). The theory's prediction for the noise-dominated limit, a ratio
   T_Rescaled/T_vanilla → τ_A/τ_H, is printed beside it as the scale to expect, not as a test.
 - The small-step noise-floor formula (``theory.noise_floor``) is compared with the floors measured
-  at one shared step (``STEPSIZE``), as a check of that formula, not of the paper.
+  at one shared small step (the preset's ``floor_step``), as a check of that formula, not of the paper.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from paper_figures._figure import Figure, Parts
 from paper_figures._output import save_figure
 from sim import schedules
 
-STEPSIZE = 0.004  # the shared step of the floor check
+FLOOR_ELIGIBLE = 0.8  # a step whose stationary F − F* exceeds this fraction of ε reaches ε only by noise dips
 SMOOTH = 5  # log points in the centred mean before the crossing
 LOG_POINTS = 400
 SOURCES = ("instance", "x0", "timing", "noise")
@@ -62,10 +66,12 @@ class Preset:
     eps: tuple  # levels of F − F*
     grid: tuple = (0.001, 0.003, 0.01)  # the starting grid (mean step per update; Rennala: per gradient)
     max_extend: int = 3
+    floor_step: float = 0.002  # the shared step of the floor check: small enough for the formula (delays ≪ 1/γ)
 
 
 PRESETS = {"quick": Preset("quick", workers=24, dim=20, events=20000, tune_seeds=3, report_seeds=6, eps=(0.01, 0.002, 0.0005)),
-           "full": Preset("full", workers=64, dim=50, events=80000, tune_seeds=3, report_seeds=10, eps=(0.01, 0.002, 0.0005))}
+           "full": Preset("full", workers=64, dim=50, events=80000, tune_seeds=3, report_seeds=10, eps=(0.01, 0.002, 0.0005),
+                          floor_step=0.001)}
 
 
 def expected_durations(n: int) -> np.ndarray:
@@ -80,7 +86,8 @@ def build(p: Preset, seed: int):
     n, d = p.workers, p.dim
     rng = np.random.default_rng(src["instance"])
     Q, _ = np.linalg.qr(rng.standard_normal((d, d)))
-    A1 = (Q * np.linspace(1.0, 4.0, d)) @ Q.T
+    spectrum = np.concatenate([[1.0, 4.0], rng.uniform(1.0, 4.0, d - 2)])  # condition number 4, the rest drawn
+    A1 = (Q * spectrum) @ Q.T
     A1 = 0.5 * (A1 + A1.T)
     b1 = rng.standard_normal(d)
     x0 = b1 + 3.0 * np.random.default_rng(src["x0"]).standard_normal(d)
@@ -129,13 +136,19 @@ def compute(preset: Preset, parts: Parts, progress: bool = True) -> dict:
         return np.asarray([claims.first_crossing(r["time"], r["gap"], e, SMOOTH)
                            for r in (run(name, step, s) for s in seeds)])
 
+    def score(name, step, e):
+        """Median time to ε over the tuning seeds; inf for a step whose floor (the median over
+        tuning seeds of F − F* over the second half) is above FLOOR_ELIGIBLE·ε: such a step meets
+        ε only in a noise dip, and its "time" would reward the dip."""
+        floor = np.median([_floor(run(name, step, s)) for s in tune])
+        return float(np.median(times(name, step, tune, e))) if floor <= FLOOR_ELIGIBLE * e else math.inf
+
     out = {"preset": p.name, "config": dataclasses.asdict(p), "tune_seeds": tune, "report_seeds": report,
            "methods": {}, "taus": expected_durations(p.workers)}
     for name in METHODS:
         per = []
         for e in p.eps:
-            b = claims.bracket(lambda g: float(np.median(times(name, g, tune, e))), p.grid, max_extend=p.max_extend,
-                               refine=1)
+            b = claims.bracket(lambda g: score(name, g, e), p.grid, max_extend=p.max_extend, refine=1)
             per.append({"eps": e, "step": b.best, "interior": b.interior, "edge": b.edge, "steps": list(b.steps),
                         "scores": list(b.scores), "report": times(name, b.best, report, e)})
         best = per[-1]["step"]  # the curves drawn: each method at its step for the smallest ε
@@ -146,15 +159,21 @@ def compute(preset: Preset, parts: Parts, progress: bool = True) -> dict:
             print(f"  r6 {name}: " + "; ".join(f"ε = {x['eps']:g}: γ = {x['step']:.3g}" + ("" if x["interior"] else " (edge)")
                                               for x in per), flush=True)
     # the floor check: every method at one shared step, on the reported seeds
-    shared = {n: [run(n, STEPSIZE, s) for s in report] for n in CLAIM}
-    out["floors"] = {n: np.asarray([np.mean(r["gap"][r["time"] >= 0.5 * r["time"][-1]]) for r in rs]) for n, rs in shared.items()}
+    shared = {n: [run(n, p.floor_step, s) for s in report] for n in CLAIM}
+    out["floors"] = {n: np.asarray([_floor(r) for r in rs]) for n, rs in shared.items()}
     problem, _, _ = build(p, report[0])
     A_all, b_all = problem.curvature
     taus = expected_durations(p.workers)
-    out["floor_pred"] = {"vanilla ASGD": theory.noise_floor(A_all, b_all, taus, np.full(p.workers, STEPSIZE), 1.0).gap_true,
-                         "Rescaled ASGD": theory.noise_floor(A_all, b_all, taus, theory.rescaled_stepsizes(STEPSIZE, taus),
+    out["floor_pred"] = {"vanilla ASGD": theory.noise_floor(A_all, b_all, taus, np.full(p.workers, p.floor_step), 1.0).gap_true,
+                         "Rescaled ASGD": theory.noise_floor(A_all, b_all, taus, theory.rescaled_stepsizes(p.floor_step, taus),
                                                              1.0).gap_true}
     return out
+
+
+def _floor(r: dict) -> float:
+    """A run's stationary F − F*: its mean over the second half of simulated time (inf if it diverged)."""
+    v = float(np.mean(r["gap"][r["time"] >= 0.5 * r["time"][-1]]))
+    return v if math.isfinite(v) else math.inf
 
 
 def _bracket(x: dict) -> claims.Bracket:
@@ -199,7 +218,10 @@ def findings(data: dict) -> str:
                      + (f" ({c['why']})" if c["why"] else ""))
     fv, fr = (float(np.median(data["floors"][k])) for k in CLAIM)
     pv, pr = (float(data["floor_pred"][k]) for k in CLAIM)
-    lines.append(f"Floors at one shared step γ = {STEPSIZE} (median over reported seeds of F − F* over the second half): "
+    lines.append("The direction is what the set-up predicts: at equal mean step both methods contract at the same rate "
+                 "and Rescaled injects τ_A/τ_H times the noise, with no bias to win back on homogeneous data; what the "
+                 "run measures is the size of the ratio at the methods' own best steps, beside τ_A/τ_H.")
+    lines.append(f"Floors at one shared step γ = {cfg['floor_step']} (median over reported seeds of F − F* over the second half): "
                  f"vanilla {fv:.4g}, Rescaled {fr:.4g} (ratio {fr / fv:.2f}); the small-step formula gives {pv:.4g} and "
                  f"{pr:.4g} (ratio {pr / pv:.2f}), off by {fv / pv - 1:+.0%} and {fr / pr - 1:+.0%}: with n workers the "
                  "delays are about n updates, which the formula leaves out. At one shared step the larger floor follows "
@@ -215,8 +237,9 @@ def verdicts(data: dict) -> list:
         out.append({"claim": f"On homogeneous data Rescaled ASGD is slower than vanilla ASGD (time to F − F* ≤ {e:g}, "
                              "each at its own tuned step)",
                     "verdict": c["verdict"],
-                    "evidence": (f"T_Rescaled/T_vanilla {_ratio_text(c['interval'])}" if c["interval"] else "") + c["why"],
-                    "conditions": f"{data['preset']}: n = {cfg['workers']}, d = {cfg['dim']}, steps bracketed on "
+                    "evidence": "; ".join(x for x in (f"T_Rescaled/T_vanilla {_ratio_text(c['interval'])}" if c["interval"] else "",
+                                                       c["why"]) if x),
+                    "conditions": f"{data['preset']}: n = {cfg['workers']}, d = {cfg['dim']} (spectrum in [1, 4]), steps bracketed on "
                                   f"{cfg['tune_seeds']} tuning seeds, {cfg['report_seeds']} reported seeds (each "
                                   f"resampling {', '.join(SOURCES)})"})
     return out

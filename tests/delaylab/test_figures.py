@@ -155,7 +155,8 @@ def test_r6_tuned_times_and_the_floor_ratio(tmp_path, monkeypatch):
     from paper_figures import r6_homogeneous as r6
 
     monkeypatch.setattr(r6, "METHODS", r6.CLAIM)
-    preset = r6.Preset("test", workers=24, dim=20, events=10_000, tune_seeds=2, report_seeds=3, eps=(0.01,))
+    preset = r6.Preset("test", workers=24, dim=20, events=6_000, tune_seeds=2, report_seeds=3, eps=(0.01,), max_extend=1,
+                       floor_step=0.004)  # a larger step than the presets': stationary within these 6,000 events
     _run_small("r6", preset, tmp_path, monkeypatch)
     data = paper_figures.figure("r6").load(str(tmp_path / "r6_homogeneous.npz"))
     text = (tmp_path / "r6_homogeneous.txt").read_text()
@@ -169,7 +170,7 @@ def test_r6_tuned_times_and_the_floor_ratio(tmp_path, monkeypatch):
 
     x = data["methods"]["Rescaled ASGD"]["per_eps"][0]
     alg = r6._algorithm("Rescaled ASGD", 24, x["step"])
-    direct = sim.sweep(alg, p1, s1, keys=k1[None], hparams={"stepsize": np.asarray([x["step"]])}, log_every=10_000 // r6.LOG_POINTS)
+    direct = sim.sweep(alg, p1, s1, keys=k1[None], hparams={"stepsize": np.asarray([x["step"]])}, log_every=6_000 // r6.LOG_POINTS)
     gap = np.asarray(direct.metrics["loss"])[0, 0] - float(p1.objective(jax.numpy.asarray(p1.minimiser)))
     assert x["report"][1] == claims.first_crossing(np.asarray(direct.metrics["time"]), gap, 0.01, r6.SMOOTH)
 
