@@ -69,7 +69,7 @@ class Preset:
     floor_step: float = 0.002  # the shared step of the floor check: small enough for the formula (delays ≪ 1/γ)
 
 
-PRESETS = {"quick": Preset("quick", workers=24, dim=20, events=20000, tune_seeds=3, report_seeds=6, eps=(0.01, 0.002, 0.0005)),
+PRESETS = {"quick": Preset("quick", workers=24, dim=20, events=20000, tune_seeds=3, report_seeds=6, eps=(0.01, 0.004, 0.002)),
            "full": Preset("full", workers=64, dim=50, events=80000, tune_seeds=3, report_seeds=10, eps=(0.01, 0.002, 0.0005),
                           floor_step=0.001)}
 
