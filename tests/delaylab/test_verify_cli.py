@@ -59,7 +59,7 @@ def test_verify_passes_and_writes_every_check(verified):
     assert json.loads((out / "summary.json").read_text())["passed"] == n
     env = json.loads((out / "environment.json").read_text())
     assert env["x64"] is True and "jax" in env["packages"] and "convolution" in env
-    assert "holds here" in (out / "fig_a.txt").read_text()
+    assert "averaged over the second half): holds." in (out / "fig_a.txt").read_text()
     from sim import store
 
     m = store.read_metrics(str(out / "runs"), name="toy-1d-asgd")
