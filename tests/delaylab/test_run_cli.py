@@ -19,15 +19,15 @@ pytestmark = pytest.mark.slow  # holds tests of 10 s or more: run first (tests/c
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# 31 segments of 5,000 events, a fraction of a second each on a 2-core machine: long enough to kill
+# 31 segments of 2,500 events, a fraction of a second each on a 2-core machine: long enough to kill
 # part-way.
 LONG = ["--problem.dim", "100", "--problem.workers", "8", "--schedule.taus", "1,1.5,2,2.5,3,3.5,4,8",
-        "--schedule.events", "150000", "--log_every", "1000", "--segment", "5", "--checkpoint_every", "0",
+        "--schedule.events", "75000", "--log_every", "500", "--segment", "5", "--checkpoint_every", "0",
         "--stepsize", "0.002", "--problem.noise", "0.5"]
 
 
 def _env(**extra):
-    """The subprocesses' environment. They run up to 150,000 events each, so XLA compiles them at its
+    """The subprocesses' environment. They run up to 75,000 events each, so XLA compiles them at its
     default settings, not the suite's (tests/conftest.py): at its level 0 the SIGKILL test took twice
     as long (measured 55 s against 122 s)."""
     flags = os.environ.get("XLA_FLAGS", "").replace(SUITE_XLA_FLAGS, "").strip()
@@ -52,8 +52,8 @@ def test_sigkilled_run_resumes_to_the_same_bits(tmp_path, capsys):
     done = _cli("run", "--out", whole, "--json", *LONG, env={"DELAYLAB_PROGRESS_AFTER": "0"})
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
-    assert summary["status"] == "complete" and summary["events"] == 150000
-    assert "150000/150000" in done.stderr.split("\r")[-1]  # the progress bar's last line: every event done
+    assert summary["status"] == "complete" and summary["events"] == 75000
+    assert "75000/75000" in done.stderr.split("\r")[-1]  # the progress bar's last line: every event done
 
     proc = subprocess.Popen([sys.executable, "-m", "delaylab", "run", "--out", killed, "--quiet", *LONG], cwd=ROOT,
                             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
