@@ -293,3 +293,26 @@ def test_sweep_runs_one_after_another_gives_the_batched_numbers():
     assert b.params.shape == (2, 3, 3)
     with pytest.raises(ValueError, match="runs must be 'vmap' or 'map'"):
         sim.sweep(algos.asgd(stepsize=0.1), prob, sched, keys=keys, hparams=hp, runs="pmap")
+
+
+@pytest.mark.parametrize("events,log_every", [(100, 10), (103, 10), (7, 10), (1, 1), (50, 1)])
+def test_one_event_per_block_plan_is_the_schedule_in_chunks(events, log_every):
+    """The plan the CPU uses (block size 1, laid out without walking the events): chunk c holds
+    events c·L … min((c+1)·L, E) − 1 in order, one per block, the rest padding; built here by plain
+    loops."""
+    from sim.blocks import plan_blocks
+
+    sched = schedules.fixed_computation([1.0, 2.0, 3.0], num_events=events)
+    chunks = [list(range(c, min(c + log_every, events))) for c in range(0, events, log_every)]
+    K = max(len(c) for c in chunks)
+    want = np.full((len(chunks), K, 1), -1)
+    for c, evs in enumerate(chunks):
+        for k, e in enumerate(evs):
+            want[c, k, 0] = e
+    for size in ("auto", 1):  # "auto" on CPU (no per-block overhead) is size 1
+        plan = plan_blocks(sched, log_every=log_every, block_size=size)
+        np.testing.assert_array_equal(plan.events, want)
+        np.testing.assert_array_equal(plan.chunk_end, [evs[-1] for evs in chunks])
+        assert plan.block_size == 1 and plan.mean_fill == 1.0 and plan.events.dtype == np.int32
+    with pytest.raises(ValueError, match="block_size must be 'auto' or a positive integer"):
+        plan_blocks(sched, log_every=log_every, block_size=0)
