@@ -358,7 +358,8 @@ def verdicts(data: dict) -> list:
                     "conditions": f"{data['preset']}: {data['dataset']}, horizon {cfg['horizon']:g}, "
                                   f"{'fixed' if cfg['timing'] == 'fixed' else 'random'} "
                                   f"times, steps bracketed on {len(data['tune_seeds'])} tuning seeds, "
-                                  f"{len(data['report_seeds'])} reported seeds (each resampling {', '.join(SOURCES)})"})
+                                  f"{len(data['report_seeds'])} reported seeds (each resampling {', '.join(SOURCES)}); "
+                                  "intervals conditional on the tuned steps"})
     return out
 
 
