@@ -218,6 +218,13 @@ class Bracket:
         return (f"best step {self.best:.4g} at the grid's {self.edge} edge after {self.extended} extension(s) "
                 "(limit reached)")
 
+    @classmethod
+    def from_stored(cls, d, *, best: str = "best") -> "Bracket":
+        """The bracket a figure stored in its data (steps, scores, interior, edge; the chosen step
+        under the key ``best``; ``extended`` where it was kept, else 0), for :func:`gated`."""
+        return cls(tuple(d["steps"]), tuple(d["scores"]), float(d[best]), bool(d["interior"]), str(d["edge"]),
+                   int(d.get("extended", 0)))
+
 
 def bracket(score: Callable[[float], float], grid: Sequence[float], *, max_extend: int = 4,
             ratio: float | None = None, refine: int = 0) -> Bracket:

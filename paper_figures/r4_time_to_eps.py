@@ -212,18 +212,13 @@ def ratio_claim(setting: dict) -> dict:
     xc = x - x.mean()
     slopes = (xc @ (logr - logr.mean(0))) / (xc @ xc)  # per seed
     verdict, iv = claims.noninferior(slopes, SLOPE_BOUND)  # the slope's interval against the bound
-    verdict, why = claims.gated(verdict, [_as_bracket(R[j]) for j in use] + [_as_bracket(M[j]) for j in use])
+    verdict, why = claims.gated(verdict, [claims.Bracket.from_stored(e[j], best="step") for e in (R, M) for j in use])
     last = claims.paired_interval(logr[-1])
     shape = _bound_shape("Rescaled", np.asarray(setting["taus"]), setting["sigma2"], setting["zeta2"], eps[use]) / \
         _bound_shape("Malenia", np.asarray(setting["taus"]), setting["sigma2"], setting["zeta2"], eps[use])
     shape_slope = float(np.polyfit(x, np.log(shape), 1)[0])
     return {"verdict": verdict, "why": why, "eps": eps[use].tolist(), "slope": iv,
             "ratio": (math.exp(last.mean), math.exp(last.lo), math.exp(last.hi)), "shape_slope": shape_slope}
-
-
-def _as_bracket(entry: dict) -> claims.Bracket:
-    return claims.Bracket(tuple(entry["steps"]), tuple(entry["scores"]), float(entry["step"]), bool(entry["interior"]),
-                          str(entry["edge"]), 0)
 
 
 def findings(data: dict) -> str:

@@ -124,7 +124,7 @@ def expected_durations(timing: str) -> np.ndarray:
         return i
     if timing != "random":
         raise ValueError(f"timing must be 'random' or 'fixed'; got {timing!r}")
-    return i + np.sqrt(i) * np.sqrt(2.0 / np.pi)
+    return schedules.RandomTiming(i, noise="halfnormal", scale=np.sqrt(i)).mean_durations
 
 
 @functools.lru_cache(maxsize=2)
@@ -238,12 +238,6 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
     return out
 
 
-def _bracket(m: dict) -> claims.Bracket:
-    b = m["bracket"]
-    return claims.Bracket(tuple(b["steps"]), tuple(b["scores"]), float(b["best"]), bool(b["interior"]), str(b["edge"]),
-                          int(b["extended"]))
-
-
 def at_time(data: dict, key: str, t: float) -> dict:
     """name -> per reported seed, ``key`` averaged over that seed's log points in the window ending
     at t (:func:`window_mean`)."""
@@ -264,7 +258,7 @@ def ranking_claim(data: dict, t: float) -> dict:
                 "why": f"{', '.join(bad)} diverged on some reported seed (F is NaN from then on)"}
     verdict, parts = claims.conjunction([
         (f"{a} below {b}", "below", logs[a] - logs[b]) for a, b in zip(RANKING, RANKING[1:])])
-    verdict, why = claims.gated(verdict, [_bracket(data["methods"][k]) for k in RANKING])
+    verdict, why = claims.gated(verdict, [claims.Bracket.from_stored(data["methods"][k]["bracket"]) for k in RANKING])
     return {"verdict": verdict, "parts": parts, "why": why}
 
 
@@ -292,7 +286,7 @@ def findings(data: dict) -> str:
     h = float(cfg["horizon"])
     end = {k: at_time(data, key, h) for k, key in (("F", "loss"), ("g2", "grad_sq"), ("acc", "test_accuracy"))}
     for name, m in data["methods"].items():
-        b = _bracket(m)
+        b = claims.Bracket.from_stored(m["bracket"])
         grid = ", ".join(f"{g:.4g}: {s:.3g}" for g, s in zip(b.steps, b.scores))
         lines.append(f"{name:16s} {b.best:8.3g} {np.median(end['F'][name]):9.4f} {np.median(end['g2'][name]):10.4g} "
                      f"{np.median(end['acc'][name]):9.3f}  {grid}")

@@ -77,7 +77,7 @@ PRESETS = {"quick": Preset("quick", workers=24, dim=20, events=20000, tune_seeds
 def expected_durations(n: int) -> np.ndarray:
     """E[τ_i + |N(0, i)|] = i + √i·√(2/π): the τ_i Rescaled ASGD is given (the same for every seed)."""
     i = np.arange(1.0, n + 1)
-    return i + np.sqrt(i) * np.sqrt(2.0 / np.pi)
+    return schedules.RandomTiming(i, noise="halfnormal", scale=np.sqrt(i)).mean_durations
 
 
 def build(p: Preset, seed: int):
@@ -176,10 +176,6 @@ def _floor(r: dict) -> float:
     return v if math.isfinite(v) else math.inf
 
 
-def _bracket(x: dict) -> claims.Bracket:
-    return claims.Bracket(tuple(x["steps"]), tuple(x["scores"]), float(x["step"]), bool(x["interior"]), str(x["edge"]), 0)
-
-
 def claim(data: dict, j: int) -> dict:
     """"Rescaled slower than vanilla" at the j-th ε: verdict, interval of log(T_vanilla/T_Rescaled), reason."""
     V, R = (data["methods"][k]["per_eps"][j] for k in CLAIM)
@@ -189,7 +185,7 @@ def claim(data: dict, j: int) -> dict:
         return {"verdict": claims.INCONCLUSIVE, "interval": None,
                 "why": f"{' and '.join(missed)} missed ε on some reported seed within the horizon"}
     verdict, iv = claims.ratio_below(tv, tr)
-    verdict, why = claims.gated(verdict, [_bracket(V), _bracket(R)])
+    verdict, why = claims.gated(verdict, [claims.Bracket.from_stored(x, best="step") for x in (V, R)])
     return {"verdict": verdict, "interval": iv, "why": why}
 
 
