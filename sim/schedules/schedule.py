@@ -137,6 +137,26 @@ class Schedule:
     def end_time(self) -> float:
         return float(self.finish[-1])
 
+    def head(self, k: int) -> "Schedule":
+        """The first ``k`` events: the same run stopped after its k-th event. An event never
+        changes an earlier one, so a run on the head is the full run's first k events, bit for
+        bit. Its use: runs of one length share a compiled program (the engine compiles one per
+        schedule length), so schedules whose length varies with their timing draws (the release
+        events of :func:`stale_synchronous`) can be cut to one length. Where events belong to
+        server rounds (``round >= 0``), k must end a round."""
+        k = _check_count(k, "k")
+        if k > self.num_events:
+            raise ValueError(f"k must be at most the schedule's {self.num_events} events; got {k}")
+        if self.round[k - 1] >= 0 and not self.round_end[k - 1]:
+            ends = np.flatnonzero(self.round_end) + 1
+            raise ValueError(f"k = {k} cuts server round {int(self.round[k - 1])} in two; a head must end a round "
+                             f"(the nearest ends are after events {ends[ends < k][-1:].tolist()} and "
+                             f"{ends[ends > k][:1].tolist()})")
+        cut = {f: np.array(getattr(self, f)[:k]) for f in ("worker", "start", "finish", "version", "delivered", "round",
+                                                            "compute_finish", "pull_only", "tag", "applied_at")
+               if getattr(self, f) is not None}
+        return dataclasses.replace(self, **cut, description=f"{self.description}; its first {k} events")
+
     def arrivals_per_worker(self, *, delivered_only: bool = True) -> np.ndarray:
         mask = self.delivered if delivered_only else np.ones_like(self.delivered)
         return np.bincount(self.worker[mask], minlength=self.num_workers)

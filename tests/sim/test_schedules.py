@@ -362,3 +362,36 @@ def test_drawn_outages_are_separate_blocks_covering_the_fraction():
         schedules.outage_blocks(jobs, lengths=(0, 3))
     with pytest.raises(ValueError, match="do not fit"):
         schedules.outage_blocks([30], fraction=0.9, lengths=(5, 5))
+
+
+def test_head_is_the_run_stopped_after_k_events():
+    """A run on a schedule's head is the full run's first k events, bit for bit (here GSP on a
+    stale-synchronous schedule, whose release events make its length vary with the draws); a
+    head of a round-based schedule must end a round."""
+    import jax
+
+    import algos
+    import sim
+
+    taus = np.array([1.0, 1.0, 1.3, 2.0])
+    groups = algos.groups_by_speed(taus, 2)
+    full = schedules.stale_synchronous(schedules.RandomTiming(taus, noise="exponential", scale=0.2, seed=3),
+                                       num_jobs=60, groups=groups, bound=1)
+    assert full.pull_only.any()
+    k = 40
+    head = full.head(k)
+    assert head.num_events == k and head.end_time == full.finish[k - 1]
+    np.testing.assert_array_equal(head.pull_only, full.pull_only[:k])
+    prob = sim.problems.random_quadratic(4, 3, seed=0, noise=0.1)
+    alg = algos.gsp(stepsize=0.05, groups=groups, forward_every=2)
+    key = jax.random.key(7)
+    a = sim.run(alg, prob, full, key=key, log_every=20)
+    b = sim.run(alg, prob, head, key=key, log_every=20)
+    assert b.metrics["loss"].size == 3  # at events 0, 20 and 40
+    np.testing.assert_array_equal(b.metrics["loss"], a.metrics["loss"][:3])
+    barrier = schedules.barrier(schedules.FixedTiming(taus), num_rounds=3)
+    assert barrier.head(8).num_events == 8  # two whole rounds of 4
+    with pytest.raises(ValueError, match="cuts server round 1 in two"):
+        barrier.head(6)
+    with pytest.raises(ValueError, match="at most"):
+        barrier.head(13)
