@@ -52,13 +52,15 @@ configuration and code; the parts are deleted once the figure is written. Every 
 
 from __future__ import annotations
 
+import dataclasses
+import fractions
 from typing import Optional
 
 import jax
 import numpy as np
 
 from algos import elastic as ea
-from delaylab.deahes import (CALIBRATION_SEED, DEAD_ZONE, HESSIAN, KAPPA, METHODS, PRESETS, WORKERS, Preset, algorithms, dataset,
+from delaylab.deahes import (CALIBRATION_SEED, DEAD_ZONE, FAILURE_P, HESSIAN, KAPPA, METHODS, PRESETS, WORKERS, Preset, algorithms, dataset,
                              problems, schedules_for, sweep, trend_spread)
 from paper_figures._figure import Figure, Parts
 from paper_figures._output import save_figure
@@ -164,9 +166,21 @@ _SEMANTICS = {"suppressed": "a cut-off worker trains on without the exchange",
                        "old parameters"}
 
 
-_FAILURES = {"iid": "exchanges lost with probability 1/3",
-             "outages": "long outages: each worker loses blocks of 5–20 consecutive exchanges covering a third of "
-                        "its exchanges"}
+def _failures(data) -> str:
+    """The failure model in words, from the preset the data were computed with."""
+    def frac(x: float) -> str:
+        return str(fractions.Fraction(x).limit_denominator(100))
+
+    if data.get("failures", "iid") != "outages":
+        return f"exchanges lost with probability {frac(FAILURE_P)}"
+    default = {f.name: f.default for f in dataclasses.fields(Preset)}  # for a preset no longer defined
+    cfg = PRESETS.get(data.get("preset", ""))
+    (lo, hi), share = (default["outage_lengths"], default["outage_fraction"]) if cfg is None else \
+        (cfg.outage_lengths, cfg.outage_fraction)
+    return (f"long outages: each worker loses blocks of {lo}–{hi} consecutive exchanges covering a fraction "
+            f"{frac(share)} of its exchanges")
+
+
 _RESAMPLED = ("each seed draws its own split, initial model, evaluation subset, minibatches, Hutchinson probes and "
               "outages")
 _SHARED = ("the seeds vary minibatches and Hutchinson probes; the split, the initial model and the failure draws are "
@@ -214,7 +228,7 @@ def _report(data: dict) -> tuple:
     lines = [f"DEAHES-O Figures 4–5 ({data['preset']} preset): {data['dataset']}, {data['train_size']} training / "
              f"{data['test_size']} test images, {data['rounds']} communication rounds, {data['seeds']} seeds ("
              + (_RESAMPLED if data.get("resample", False) else _SHARED) + "), "
-             + _FAILURES[data.get("failures", "iid")] + f" ({data.get('semantics', 'suppressed')} semantics: "
+             + _failures(data) + f" ({data.get('semantics', 'suppressed')} semantics: "
              + _SEMANTICS[data.get("semantics", "suppressed")] + ").",
              "Final master training loss and test accuracy (mean ± std over seeds):",
              f"{'P':>2s} {'τ':>2s} " + " ".join(f"{m:>17s}" for m in methods)]
