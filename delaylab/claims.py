@@ -227,7 +227,7 @@ class Bracket:
 
 
 def bracket(score: Callable[[float], float], grid: Sequence[float], *, max_extend: int = 4,
-            ratio: float | None = None, refine: int = 0) -> Bracket:
+            ratio: float | None = None, refine: int = 0, tie: float = 0.0) -> Bracket:
     """Evaluate ``score`` (lower is better; nan counts as inf) on ``grid`` and extend it
     geometrically past an edge while the best step is there (module docstring).
 
@@ -236,7 +236,13 @@ def bracket(score: Callable[[float], float], grid: Sequence[float], *, max_exten
     interior, ``refine`` rounds each evaluate the geometric midpoints between the best and its two
     neighbours (halving the spacing in log step: a grid of ratio r ends at r^(2^-refine)) and keep
     the best, so that a coarse grid does not decide by itself where the optimum sits. Ties go to
-    the smaller step. Each step is evaluated once."""
+    the smaller step. Each step is evaluated once.
+
+    ``tie`` (relative, ≥ 0): a step whose score is within ``tie`` × |best| of the best counts as
+    tied with it, and the bracket is interior only when no tied step sits at an edge (else it
+    extends on that side, as for the best). Where scores are noisy (a few tuning seeds of a
+    chaotic training run), a best step that beats an edge step by less than the noise is not an
+    interior optimum."""
     g = sorted(float(s) for s in grid)
     if len(g) < 2 or g[0] <= 0 or len(set(g)) != len(g):
         raise ValueError(f"bracket needs at least 2 distinct positive steps; got {list(grid)!r}")
@@ -245,6 +251,8 @@ def bracket(score: Callable[[float], float], grid: Sequence[float], *, max_exten
         raise ValueError(f"bracket's ratio must be > 1; got {r!r}")
     if max_extend < 0:
         raise ValueError(f"max_extend must be >= 0; got {max_extend!r}")
+    if not (math.isfinite(tie) and tie >= 0):
+        raise ValueError(f"tie must be a finite number >= 0; got {tie!r}")
     seen: dict = {}
 
     def at(s: float) -> float:
@@ -259,11 +267,12 @@ def bracket(score: Callable[[float], float], grid: Sequence[float], *, max_exten
     while True:
         steps = sorted(seen)
         best = min(steps, key=lambda s: (seen[s], s))
+        tied = [s for s in steps if seen[s] <= seen[best] + tie * abs(seen[best])]
         if math.isinf(seen[best]):  # everything diverged so far: only smaller steps can help
             edge = "lower"
-        elif best == steps[0] and len(steps) > 1:
+        elif steps[0] in tied and len(steps) > 1:
             edge = "lower"
-        elif best == steps[-1]:
+        elif steps[-1] in tied:
             edge = "upper"
         else:
             for _ in range(int(refine)):

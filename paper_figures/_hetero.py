@@ -6,8 +6,11 @@ All four train the same MLP (pixels → hidden → 10, ReLU) on MNIST-format dat
 where none is installed), n = 8 workers holding i.i.d. shards (identical data distributions:
 any difference between workers comes from timing alone), float32. The quick preset uses the
 first 8,000 training images average-pooled to 14×14; both presets use 5 seeds; the full preset 28×28 images,
-16,000 of them. Seeds vary the minibatch draws (and the timing noise where there is
-some), not the initial model.
+16,000 of them. In experiments 1 and 2 the seeds vary the minibatch draws only (one split, one
+initial model, one timing draw); experiments 3 and 4 use the claims harness (:mod:`delaylab.claims`):
+each seed draws its own split, initial model, job-time noise and minibatches (:data:`SOURCES`),
+and every scheme runs at its own step, bracketed on tuning seeds disjoint from the reported ones
+(:func:`tuned`).
 
 1. ``specialisation``: 4 fast workers (τ = 1) and 4 slow ones (τ = R), R ∈ {1, 2, 4, 8, 16},
    vanilla ASGD, for the MLP and for a small CNN (two 5×5 convolutions with 8 and 16 channels,
@@ -23,23 +26,29 @@ some), not the initial model.
    quantiles, scaled so that Σ 1/τ_i = n: the same total compute at every h), for synchronous
    SGD, backup workers (b = 2), vanilla and Rescaled ASGD, hierarchical SGD, and grouped
    synchronisation (GSP: two groups by speed, SSP bound 2 within each, a group forwards its
-   gradients every 4 pushes); each method at its best step size of a small grid.
+   gradients every 4 pushes); each (h, scheme) cell at its own bracketed step.
 4. ``mitigation``: two 8× stragglers among 8 workers; each mitigation switched on against its own
    baseline: staleness weighting on ASGD, backup workers on synchronous SGD, and proactive
    scheduling (DPro-SM-like: per-worker local steps from predicted step times) on local SGD;
-   throughput, final loss and the specialisation index, 5 seeds, bands shown.
+   throughput, training loss at the budget and the specialisation index, each scheme at its own
+   bracketed step, 5 seeds.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
+import re
 import time
+from typing import Callable, Optional
 
 import jax
 import numpy as np
 from scipy import stats as sps
 
 import sim
+from delaylab import claims
 from paper_figures._figure import Parts
 from sim import schedules
 from sim.models import MLP
@@ -65,6 +74,9 @@ class Preset:
     cnn_channels: tuple = (8, 16)  # experiment 1's CNN
     cnn_hidden: int = 32
     cnn_ratios: tuple = (1, 2, 4, 8, 16)
+    tune_seeds: int = 2  # experiments 3, 4: steps bracketed on these seeds (claims.disjoint_seeds)
+    max_extend: int = 3  # steps added past a starting grid's edge, per side
+    tie: float = 0.02  # experiments 3, 4: tuning scores within 2% of the best are tied (claims.bracket)
 
 
 PRESETS = {
@@ -137,6 +149,24 @@ def timing_noise(taus: np.ndarray, seed: int = 0):
 
 def until(build, horizon: float, guess: int) -> schedules.Schedule:
     """The shortest schedule from ``build(count)`` that reaches simulated time ``horizon``."""
+    return build(count_until(build, horizon, guess))
+
+
+def with_margin(count: int) -> int:
+    """A count that takes every seed past the budget, not only the reference seed the count was
+    sized on: 15% and two more (a round-based run at high h has only a few rounds)."""
+    return int(math.ceil(1.15 * count)) + 2
+
+
+def read_time(run: dict, horizon: float) -> float:
+    """The time of the last log point at or before the budget: when the run is read (:func:`tail`)."""
+    t = np.asarray(run["time"], np.float64)
+    return float(t[max(int(np.sum(t <= float(horizon) + 1e-9)) - 1, 0)])
+
+
+def count_until(build, horizon: float, guess: int) -> int:
+    """The smallest count (events, rounds, steps or reports, whatever ``build`` counts) whose
+    schedule ``build(count)`` reaches simulated time ``horizon``."""
     count = max(guess, 2)
     while True:
         s = build(count)
@@ -150,7 +180,7 @@ def until(build, horizon: float, guess: int) -> schedules.Schedule:
         need = int(np.searchsorted(s.finish, horizon)) + 1
         if s.pull_only is not None:  # counts are of reports; releases are events of their own
             need = int(np.sum(~s.pull_only[:need]))
-    return build(min(need, count))
+    return min(need, count)
 
 
 
@@ -167,3 +197,124 @@ def with_footer(findings):
         return findings(d) + f"(preset {d['preset']}, computed in {float(d['seconds']):.0f} s)\n"
 
     return text
+
+
+# --- experiments 3 and 4: every scheme at its bracketed step, seeds that resample every source ----
+
+SOURCES = ("split", "init", "timing", "minibatches")  # what one seed of experiments 3 and 4 draws
+
+
+@dataclasses.dataclass(frozen=True)
+class Scheme:
+    """One scheme of experiments 3 and 4: its algorithm at a step, its schedule on a timing with a
+    count of events (or rounds, steps, reports), the swept hyperparameter and the starting grid
+    that :func:`claims.bracket` extends."""
+
+    make: Callable  # step -> algorithm
+    build: Callable  # (timing, count) -> schedule
+    guess: int  # a first count for count_until
+    grid: tuple
+    hparam: str = "stepsize"
+
+
+@functools.lru_cache(maxsize=4)
+def tuning_images(p: Preset):
+    """(dataset name, training images and labels, held-out images and labels of each kind) for
+    experiments 3 and 4: ``{"test": ..., "validation": ...}``. The validation images are as many
+    training-split images as the test images, outside the training set: tuning reads them, so that
+    no step is chosen on the test images. On a small data set (scikit-learn's digits) the
+    training set is shortened to leave room for them."""
+    ds = sim.data.load_mnist_format()
+    xte, yte = pool(ds.x_test[: p.test], p.pool), ds.y_test[: p.test]
+    n_val = len(yte)
+    n_tr = min(p.train, len(ds.y_train) - n_val)
+    if n_tr < 10 * N:
+        raise ValueError(f"{ds.name} has {len(ds.y_train)} training images: too few for {N} workers and "
+                         f"{n_val} validation images")
+    held = {"test": (xte, yte),
+            "validation": (pool(ds.x_train[n_tr: n_tr + n_val], p.pool), ds.y_train[n_tr: n_tr + n_val])}
+    return ds.name, pool(ds.x_train[:n_tr], p.pool), ds.y_train[:n_tr], held
+
+
+def seeded_problem(p: Preset, seed: int, *, validation: bool = False):
+    """Seed ``seed``'s problem for experiments 3 and 4: its own i.i.d. split of the training images
+    and its own initial model (:func:`claims.seed_sources`), logging the accuracy on the test
+    images (on the validation images with ``validation``). Returns (problem, the seed of its job
+    times, its minibatch key)."""
+    src = claims.seed_sources(seed, SOURCES)
+    _, xtr, ytr, held = tuning_images(p)
+    xe, ye = held["validation" if validation else "test"]
+    prob = sim.models.mlp_classifier(xtr, ytr, num_workers=N, split="iid", hidden=p.hidden, batch_size=p.batch,
+                                     seed=src["split"], init_seed=src["init"], dtype=np.float32, test_images=xe,
+                                     test_labels=ye)
+    return prob, src["timing"], jax.random.key(src["minibatches"])
+
+
+def one_run(scheme: Scheme, step: float, problem, schedule, key, p: Preset, *, telemetry=None,
+            extract: Optional[Callable] = None) -> dict:
+    """One run of ``scheme`` at ``step``: its log times, training loss and accuracy (NaN from a
+    divergence on), the event it diverged at (−1: none), its end time, the gradients delivered by
+    the budget, and ``extract(result)``."""
+    res = sim.sweep(scheme.make(float(step)), problem, schedule, keys=key[None],
+                    hparams={scheme.hparam: np.asarray([step], np.float32)}, telemetry=telemetry,
+                    log_every=log_every_for(schedule.num_events, p.logs))
+    m = res.metrics
+    out = {"time": np.asarray(m["time"], np.float64), "loss": np.asarray(m["loss"], np.float64)[0, 0],
+           "accuracy": np.asarray(m["test_accuracy"], np.float64)[0, 0],
+           "diverged_at": int(np.asarray(res.diverged_at)[0, 0]), "end_time": float(schedule.end_time),
+           # gradients the server received by the budget (a round-based scheme waits for its rounds)
+           "applied": int(np.sum(schedule.delivered & (schedule.finish <= p.horizon)))}
+    if extract is not None:
+        out.update(extract(res))
+    return out
+
+
+def tail(run: dict, key: str, horizon: float) -> float:
+    """``run[key]`` at the time budget ``horizon``, steadied over a few log points: averaged over
+    the log points in (0.9 T, T], T the budget or the run's end if it ends first (the last log point
+    at or before T if none falls there); NaN if the run diverged. Tuning and verdicts read runs
+    this one way."""
+    t, v = np.asarray(run["time"], np.float64), np.asarray(run[key], np.float64)
+    end = min(float(horizon), float(t[-1]))
+    upto = t <= end + 1e-9
+    w = upto & (t > 0.9 * end)
+    if not w.any():
+        w = np.arange(t.size) == max(int(np.sum(upto)) - 1, 0)
+    return float(np.mean(v[w]))
+
+
+def tuned(parts: Parts, p: Preset, cell: str, inputs: dict, make_run: Callable, scheme: Scheme,
+          score: Callable) -> dict:
+    """One cell of experiment 3 or 4: ``scheme``'s step bracketed (:func:`claims.bracket`, from
+    ``scheme.grid``, up to ``p.max_extend`` steps past an edge, scores within ``p.tie`` of the
+    best tied with it: two tuning seeds of a chaotic training run leave that much noise; the
+    same update compiled in two programs differs by about 1% in its score) on the tuning seeds, each run
+    logging the validation accuracy, by the mean of ``score(run)`` (lower is better; NaN, a
+    divergence, is the worst); then the reported seeds at the best step. ``make_run(step, seed,
+    validation)`` computes one run. Each (step, seed) run is one part, named from ``cell``.
+
+    Returns ``{"bracket": {steps, scores, best, interior, edge, extended}, "runs": [...], "seconds"}``
+    with the reported seeds' runs in the order of ``claims.disjoint_seeds`` and the computing time
+    of all the cell's runs (as stored with them, whichever process computed them)."""
+    tune, report = claims.disjoint_seeds(p.tune_seeds, p.seeds)
+    slug = re.sub(r"[^A-Za-z0-9.]+", "_", cell).strip("_")
+    seconds: dict = {}
+
+    def run(g: float, seed: int, validation: bool) -> dict:
+        part, reused = parts.get(f"{slug}_g{g:.6g}_s{seed}",
+                                 {**inputs, "preset": p, "step": float(g), "seed": int(seed), "validation": validation},
+                                 lambda: make_run(float(g), int(seed), validation))
+        if not reused:
+            progress(f"{cell}, γ = {g:.4g}, seed {seed}: {part['seconds']:.1f} s")
+        seconds[g, seed] = float(part["seconds"])
+        return part
+
+    def mean_score(g: float) -> float:
+        v = float(np.mean([score(run(g, s, True)) for s in tune]))
+        return v if math.isfinite(v) else math.inf
+
+    b = claims.bracket(mean_score, scheme.grid, max_extend=p.max_extend, tie=p.tie)
+    runs = [run(b.best, s, False) for s in report]
+    return {"bracket": {"steps": list(b.steps), "scores": list(b.scores), "best": b.best, "interior": b.interior,
+                        "edge": b.edge, "extended": b.extended},
+            "runs": runs, "seconds": sum(seconds.values())}

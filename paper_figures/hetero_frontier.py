@@ -1,6 +1,25 @@
 """Heterogeneity lab, experiment ``frontier``: see :mod:`paper_figures._hetero` for what the lab
 measures and how.
 
+Is there an optimal level of heterogeneity? Each scheme's test accuracy at a fixed simulated time,
+against the spread of worker speeds h at fixed total compute, with the claims harness
+(:mod:`delaylab.claims`):
+
+- every (h, scheme) cell has its own step, bracketed by :func:`claims.bracket` on tuning seeds
+  disjoint from the reported ones, by the validation accuracy (training-split images outside the
+  training set) at the time budget; the reported seeds log the test accuracy;
+- a seed draws its own i.i.d. split, initial model, job-time noise and minibatches
+  (:data:`paper_figures._hetero.SOURCES`); a seed is the same at every h (paired across h);
+- every seed of a cell runs one length (:func:`run_counts`), the one that takes timing-noise
+  seed 0 to the time budget, so that a cell compiles one program (an asynchronous scheme, whose
+  length hardly changes with h, one program for all h); a run is read at the budget, its value
+  the mean over the log points in the budget's last tenth (:func:`paper_figures._hetero.tail`);
+- two claims per scheme, judged on paired differences over the reported seeds (95% Student-t
+  intervals): "heterogeneity costs accuracy" (acc(h = 2) < acc(h = 0)), and "an intermediate
+  level is optimal" (acc(h_k) above both ends, with h_k the interior level the tuning seeds
+  rank best, so that the level is not chosen on the seeds that judge it). A claim whose cells
+  have a step at a grid's edge is inconclusive (:func:`claims.gated`).
+
     delaylab figure hetero-frontier --quick     # the quick preset
     delaylab figure hetero-frontier             # the full preset
 """
@@ -12,10 +31,10 @@ import math
 import numpy as np
 
 import algos
-import sim
+from delaylab import claims
 from paper_figures import _hetero as lab
 from paper_figures._figure import Figure
-from paper_figures._hetero import N, PRESETS, Preset, seed_keys, log_every_for, progress
+from paper_figures._hetero import N, PRESETS, Preset
 from paper_figures._output import pyplot, save_figure
 from sim import schedules
 
@@ -23,165 +42,304 @@ from sim import schedules
 # --- 3. frontier ------------------------------------------------------------------------------
 
 LEVELS_H = (0.0, 0.5, 1.0, 1.5, 2.0)
-GAMMAS_ASYNC = np.array([0.025, 0.05, 0.1, 0.2])  # one gradient per step
-GAMMAS_SYNC = np.array([0.1, 0.2, 0.4, 0.8])  # steps on the average of up to 8 gradients (or of 8 models)
+GAMMAS_ASYNC = (0.05, 0.1, 0.2)  # starting grids (claims.bracket extends them): one gradient per step
+GAMMAS_SYNC = (0.2, 0.4, 0.8)  # steps on the average of up to 8 gradients (or of 8 models)
+GAMMAS_GSP = tuple(g * N for g in GAMMAS_ASYNC)  # GSP steps γ/n per push: the same per-push steps as ASGD's
 
-
-def _grid(name: str) -> np.ndarray:
-    if name.startswith("grouped"):  # GSP steps γ/n per push: the same per-push steps as ASGD's grid
-        return GAMMAS_ASYNC * N
-    return GAMMAS_ASYNC if "ASGD" in name else GAMMAS_SYNC
-
-
+ROUND_BASED = ("synchronous SGD", "backup workers (b = 2)", "hierarchical SGD")  # wait for rounds
 HIER = {2: 4, 4: 8}  # groups of 4 average every 2 steps, all 8 every 4
 GSP_GROUPS, GSP_BOUND, GSP_FORWARD = 2, 2, 4  # two speed groups, SSP bound 2 within each, forward every 4 pushes
 
 
-def frontier_methods(taus: np.ndarray, horizon: float, seed: int = 0) -> dict:
-    """name -> (algorithm, schedule) for the frontier, all running to ``horizon``."""
-    timing = lab.timing_noise(taus, seed)
-    rate = np.sum(1.0 / taus)
-    per_round = float(np.max(taus) * 1.3)
+def frontier_schemes(taus: np.ndarray, horizon: float) -> dict:
+    """name -> :class:`lab.Scheme` for the frontier at speeds ``taus``, counts guessed for ``horizon``."""
+    rate = float(np.sum(1.0 / taus))
+    rounds = int(horizon / (np.max(taus) * 1.3))
     groups = algos.groups_by_speed(taus, GSP_GROUPS)
+    asynchronous = lambda tm, c: schedules.asynchronous(tm, num_events=c)  # noqa: E731
     return {
-        "synchronous SGD": (algos.minibatch_sgd(stepsize=0.1),
-                            lab.until(lambda c: schedules.barrier(timing, num_rounds=c), horizon, int(horizon / per_round))),
-        "backup workers (b = 2)": (algos.minibatch_sgd(stepsize=0.1),
-                                   lab.until(lambda c: schedules.backup_workers(timing, num_rounds=c, backups=2), horizon,
-                                          int(horizon / per_round))),
-        "vanilla ASGD": (algos.asgd(stepsize=0.1),
-                         lab.until(lambda c: schedules.asynchronous(timing, num_events=c), horizon, int(horizon * rate))),
-        "Rescaled ASGD": (algos.rescaled_asgd(stepsize=0.1, taus=timing.mean_durations),
-                          lab.until(lambda c: schedules.asynchronous(timing, num_events=c), horizon, int(horizon * rate))),
-        "hierarchical SGD": (algos.hierarchical_sgd(stepsize=0.1, levels=HIER),
-                             lab.until(lambda c: schedules.hierarchical(timing, num_steps=c, levels=HIER), horizon,
-                                    int(horizon / np.max(taus)))),
-        "grouped (GSP)": (algos.gsp(stepsize=0.1, groups=groups, forward_every=GSP_FORWARD),
-                          lab.until(lambda c: schedules.stale_synchronous(timing, num_jobs=c, groups=groups, bound=GSP_BOUND),
-                                 horizon, int(horizon * rate))),
+        "synchronous SGD": lab.Scheme(lambda g: algos.minibatch_sgd(stepsize=g),
+                                      lambda tm, c: schedules.barrier(tm, num_rounds=c), rounds, GAMMAS_SYNC),
+        "backup workers (b = 2)": lab.Scheme(lambda g: algos.minibatch_sgd(stepsize=g),
+                                             lambda tm, c: schedules.backup_workers(tm, num_rounds=c, backups=2),
+                                             rounds, GAMMAS_SYNC),
+        "vanilla ASGD": lab.Scheme(lambda g: algos.asgd(stepsize=g), asynchronous, int(horizon * rate), GAMMAS_ASYNC),
+        "Rescaled ASGD": lab.Scheme(lambda g: algos.rescaled_asgd(stepsize=g, taus=lab.timing_noise(taus).mean_durations),
+                                    asynchronous, int(horizon * rate), GAMMAS_ASYNC),
+        "hierarchical SGD": lab.Scheme(lambda g: algos.hierarchical_sgd(stepsize=g, levels=HIER),
+                                       lambda tm, c: schedules.hierarchical(tm, num_steps=c, levels=HIER),
+                                       int(horizon / np.max(taus)), GAMMAS_SYNC),
+        "grouped (GSP)": lab.Scheme(lambda g: algos.gsp(stepsize=g, groups=groups, forward_every=GSP_FORWARD),
+                                    lambda tm, c: schedules.stale_synchronous(tm, num_jobs=c, groups=groups,
+                                                                              bound=GSP_BOUND),
+                                    int(horizon * rate), GAMMAS_GSP),
     }
 
 
-def _time_to(t: np.ndarray, acc: np.ndarray, target: float) -> float:
-    hit = np.flatnonzero(acc >= target)
+def _time_to(t: np.ndarray, acc: np.ndarray, target: float, horizon: float = math.inf) -> float:
+    """The first log time at or before ``horizon`` with accuracy ≥ ``target`` (inf: none)."""
+    hit = np.flatnonzero((np.asarray(acc) >= target) & (np.asarray(t) <= horizon + 1e-9))
     return float(t[hit[0]]) if hit.size else math.inf
 
 
-def compute_frontier(p: Preset) -> dict:
-    prob, _, _, dsname = lab.setup(p)
-    out = {"levels": np.array(LEVELS_H), "dataset": dsname, "horizon": p.horizon, "results": {}, "gammas": {}}
+SHARE = 1.1  # a scheme whose levels' lengths differ by at most this factor runs one length at every h
+
+
+def run_counts(horizon: float) -> dict:
+    """(h, name) -> (count, events): each run is built with ``count`` (events, rounds, steps or
+    reports) and cut to ``events`` events by :func:`schedule_of`: the length that takes timing-noise
+    seed 0 to ``horizon``, with a margin that takes every seed past it (:func:`lab.with_margin`). One length means one compiled program (the engine compiles one per
+    schedule length, some 8 s each here), so every seed of a cell runs one length (GSP's release
+    events make its length vary with the draws), and a scheme whose levels need lengths within a
+    factor ``SHARE`` of each other (the asynchronous ones: total compute is the same at every h)
+    runs the longest of them at every h; the round-based ones, whose rounds slow down as the
+    slowest worker does, get a length per level. Runs that pass the budget are read at it
+    (:func:`lab.tail`)."""
+    need: dict = {}
     for h in LEVELS_H:
         taus = lab.spread_taus(h)
-        for name, (alg, sched) in frontier_methods(taus, p.horizon).items():
-            progress(f"frontier: h = {h}, {name} ({sched.num_events} events)")
-            out["gammas"][name] = _grid(name)
-            res = sim.sweep(alg, prob, sched, keys=seed_keys(p), hparams={"stepsize": _grid(name)},
-                            log_every=log_every_for(sched.num_events, p.logs))
-            acc = res.metrics["test_accuracy"]  # [G, S, logs]
-            out["results"][(h, name)] = (res.metrics["time"], acc)
-    # the target: 95 % of the best accuracy any method reached at h = 0
-    best0 = max(float(np.max(np.mean(a, axis=1))) for (h, _), (_, a) in out["results"].items() if h == 0.0)
-    out["target"] = round(0.95 * best0, 3)
+        for name, sc in frontier_schemes(taus, horizon).items():
+            c = lab.with_margin(lab.count_until(lambda k, sc=sc: sc.build(lab.timing_noise(taus, 0), k), horizon,
+                                                sc.guess))
+            need[h, name] = (c, sc.build(lab.timing_noise(taus, 0), c).num_events)
+    out = {}
+    for name in dict.fromkeys(n for _, n in need):
+        levels = {h: ce for (h, n), ce in need.items() if n == name}
+        events = [e for _, e in levels.values()]
+        if max(events) <= SHARE * min(events):
+            longest = max(levels.values(), key=lambda ce: ce[1])
+            out.update({(h, name): (max(c for c, _ in levels.values()), longest[1]) for h in levels})
+        else:
+            out.update({(h, name): ce for h, ce in levels.items()})
     return out
 
 
-def _frontier_table(d: dict) -> dict:
-    """(h, method) -> (best γ, final accuracy per seed, time to target per seed), γ chosen by the
-    mean final accuracy."""
-    tab = {}
-    for (h, name), (t, acc) in d["results"].items():
-        final = acc[:, :, -1]
-        g = int(np.argmax(final.mean(axis=1)))
-        tt = np.array([_time_to(t, a, d["target"]) for a in acc[g]])
-        tab[(h, name)] = (float(d["gammas"][name][g]), final[g], tt)
-    return tab
+def schedule_of(sc: lab.Scheme, timing, count: int, events: int):
+    """``sc``'s schedule on ``timing`` with exactly ``events`` events: built with ``count``, or more
+    until it has them, and cut to them (:meth:`sim.schedules.Schedule.head`)."""
+    s = sc.build(timing, count)
+    while s.num_events < events:
+        count = int(count * 1.25) + 1
+        s = sc.build(timing, count)
+    return s if s.num_events == events else s.head(events)
+
+
+def compute(p: Preset, parts) -> dict:
+    """Every (h, scheme) cell: its step bracketed on the tuning seeds, its reported runs."""
+    tune, report = claims.disjoint_seeds(p.tune_seeds, p.seeds)
+    dsname = lab.tuning_images(p)[0]
+    out = {"preset": p.name, "levels": np.array(LEVELS_H), "dataset": dsname, "horizon": p.horizon,
+           "tune_seeds": tune, "report_seeds": report, "tie": p.tie, "cells": {}}
+    counts = run_counts(p.horizon)
+    for h in LEVELS_H:
+        taus = lab.spread_taus(h)
+        for name, sc in frontier_schemes(taus, p.horizon).items():
+            count, events = counts[h, name]
+
+            def make_run(g, seed, validation, sc=sc, count=count, events=events, taus=taus):
+                prob, timing_seed, key = lab.seeded_problem(p, seed, validation=validation)
+                sched = schedule_of(sc, lab.timing_noise(taus, timing_seed), count, events)
+                return lab.one_run(sc, g, prob, sched, key, p)
+
+            cell = lab.tuned(parts, p, f"h{h:g} {name}", {"h": h, "method": name, "count": count, "events": events},
+                             make_run, sc,
+                             score=lambda r: 1.0 - lab.tail(r, "accuracy", p.horizon))
+            out["cells"][(h, name)] = {**cell, "count": count, "events": events}
+            lab.progress(f"frontier: h = {h:g}, {name}: {claims.Bracket.from_stored(cell['bracket']).note()}")
+    out["seconds"] = sum(c["seconds"] for c in out["cells"].values())
+    return out
+
+
+def _names(d: dict) -> list:
+    return list(dict.fromkeys(k[1] for k in d["cells"]))
+
+
+def final_accuracy(d: dict) -> dict:
+    """(h, name) -> the reported seeds' test accuracy at the time budget (:func:`lab.tail`)."""
+    return {k: np.array([lab.tail(r, "accuracy", d["horizon"]) for r in c["runs"]]) for k, c in d["cells"].items()}
+
+
+def target(d: dict) -> float:
+    """95% of the best mean accuracy any scheme reached at h = 0."""
+    acc = final_accuracy(d)
+    return round(0.95 * max(float(np.nanmean(a)) for (h, _), a in acc.items() if h == 0.0), 3)
+
+
+def times_to_target(d: dict) -> dict:
+    tg = target(d)
+    return {k: np.array([_time_to(r["time"], r["accuracy"], tg, d["horizon"]) for r in c["runs"]])
+            for k, c in d["cells"].items()}
+
+
+def vanilla_staleness(d: dict) -> dict:
+    """h -> (mean, median) staleness of vanilla ASGD's updates by the budget (updates between a
+    job's dispatch and its arrival), on its schedule for timing-noise seed 0: a property of the
+    schedule, rebuilt from the stored length (milliseconds), not a measurement of training."""
+    out = {}
+    for h in d["levels"]:
+        count = int(d["cells"][(h, "vanilla ASGD")]["count"])
+        s = schedules.asynchronous(lab.timing_noise(lab.spread_taus(float(h)), 0), num_events=count)
+        st = s.staleness[s.finish <= d["horizon"]]
+        out[float(h)] = (float(np.mean(st)), float(np.median(st)))
+    return out
+
+
+def applied(d: dict) -> dict:
+    """(h, name) -> the reported seeds' gradients delivered by the budget."""
+    return {k: np.array([r["applied"] for r in c["runs"]]) for k, c in d["cells"].items()}
+
+
+def read_times(d: dict) -> dict:
+    """(h, name) -> the reported seeds' read times (:func:`lab.read_time`)."""
+    return {k: np.array([lab.read_time(r, d["horizon"]) for r in c["runs"]]) for k, c in d["cells"].items()}
+
+
+def identical(d: dict) -> list:
+    """(h, scheme, scheme) where two schemes gave bit-identical accuracies on every reported seed
+    (the same computation at that length: one measurement, not two)."""
+    acc, names = final_accuracy(d), _names(d)
+    return [(h, a, b) for h in d["levels"] for i, a in enumerate(names) for b in names[i + 1:]
+            if np.array_equal(acc[(h, a)], acc[(h, b)])]
+
+
+def _bracket(d: dict, h: float, name: str) -> claims.Bracket:
+    return claims.Bracket.from_stored(d["cells"][(h, name)]["bracket"])
+
+
+def claims_of(d: dict) -> list:
+    """Per scheme, its two claims: [{scheme, claim, verdict, parts, why, level}]."""
+    acc = final_accuracy(d)
+    levels = [float(h) for h in d["levels"]]
+    lo, hi, inner = levels[0], levels[-1], levels[1:-1]
+    out = []
+    for nm in _names(d):
+        v, iv = claims.below(acc[(hi, nm)] - acc[(lo, nm)])
+        v, why = claims.gated(v, [_bracket(d, lo, nm), _bracket(d, hi, nm)])
+        if nm in ROUND_BASED:  # could it have come out otherwise? hardly: say so beside the verdict
+            got = applied(d)
+            why = "; ".join(x for x in (why, f"predicted by the set-up: it waits for rounds, and the gradients it "
+                                              f"applies by the budget fall from {np.median(got[lo, nm]):.0f} at "
+                                              f"h = {lo:g} to {np.median(got[hi, nm]):.0f} at h = {hi:g}") if x)
+        out.append({"scheme": nm, "claim": f"heterogeneity costs accuracy: acc(h = {hi:g}) < acc(h = {lo:g})",
+                    "verdict": v, "parts": [("acc(h = %g) − acc(h = %g)" % (hi, lo), iv)], "why": why})
+        # the interior level the tuning seeds rank best (their validation accuracy at the bracketed step)
+        k = min(inner, key=lambda h: min(_bracket(d, h, nm).scores))
+        v, parts = claims.conjunction([(f"acc(h = {e:g}) below acc(h = {k:g})", "below", acc[(e, nm)] - acc[(k, nm)])
+                                       for e in (lo, hi)])
+        v, why = claims.gated(v, [_bracket(d, h, nm) for h in (lo, k, hi)])
+        out.append({"scheme": nm, "claim": f"an intermediate level is optimal: acc(h = {k:g}) above acc(h = {lo:g}) "
+                                           f"and acc(h = {hi:g}) (h = {k:g} chosen on the tuning seeds)",
+                    "verdict": v, "parts": [(p.name, p.interval) for p in parts], "why": why})
+    return out
+
+
+def _iv(iv) -> str:
+    return f"{iv.mean:+.3f} [{iv.lo:+.3f}, {iv.hi:+.3f}]"
 
 
 def findings_frontier(d: dict) -> str:
-    tab = _frontier_table(d)
-    names = list(dict.fromkeys(k[1] for k in d["results"]))
-    lines = [f"Frontier ({d['dataset']}, n = 8, τ_i = e^(h z_i) scaled to the same total compute, simulated time "
-             f"budget {d['horizon']:g}, {next(iter(tab.values()))[1].shape[0]} seeds; each method at its best γ by "
-             f"final accuracy, of {', '.join(f'{g:g}' for g in GAMMAS_ASYNC)} for ASGD and "
-             f"{', '.join(f'{g:g}' for g in GAMMAS_SYNC)} for the synchronous schemes, "
-             f"{', '.join(f'{g:g}' for g in GAMMAS_ASYNC * N)} for GSP, whose push steps γ/n). Target accuracy "
-             f"{d['target']:.3f} (95 % of the best at h = 0).",
-             "h | " + " | ".join(names) + "   (final accuracy / time to target; inf: not reached)"]
+    acc, tt = final_accuracy(d), times_to_target(d)
+    names = _names(d)
+    lines = [f"Frontier ({d['dataset']}, n = {N}, τ_i = e^(h z_i) scaled to the same total compute, simulated time "
+             f"budget {d['horizon']:g}, i.i.d. shards). Each (h, scheme) cell at its own step, bracketed from the "
+             f"starting grid {', '.join(f'{g:g}' for g in GAMMAS_ASYNC)} (ASGD), "
+             f"{', '.join(f'{g:g}' for g in GAMMAS_SYNC)} (synchronous, hierarchical) or "
+             f"{', '.join(f'{g:g}' for g in GAMMAS_GSP)} (GSP, which steps γ/n per push) on tuning seeds "
+             f"{d['tune_seeds']} by the validation accuracy at the budget (scores within {d['tie']:.0%} "
+             f"of the best count as tied, and a tie at an edge extends the grid); reported seeds {d['report_seeds']}, "
+             f"each drawing its own {', '.join(lab.SOURCES)} of the fixed training images; a seed's split, initial "
+             "model and job-time noise are the same at every h (its minibatches are keyed by event, so they differ "
+             f"between schedules). Target accuracy {target(d):.3f} (95% of the best mean at h = 0).",
+             "h | " + " | ".join(names) + "   (test accuracy at the budget, mean over seeds / median time to target, "
+                                          "inf: not reached; γ; * marks a step at its grid's edge)"]
+    rt = read_times(d)
     for h in d["levels"]:
         cells = []
         for nm in names:
-            g, fin, tt = tab[(h, nm)]
-            cells.append(f"{fin.mean():.3f} / {np.median(tt):.4g} (γ={g:g})")
+            b = _bracket(d, float(h), nm)
+            early = np.median(rt[(h, nm)]) < 0.9 * d["horizon"]
+            cells.append(f"{np.nanmean(acc[(h, nm)]):.3f} / {np.median(tt[(h, nm)]):.4g} "
+                         f"(γ={b.best:.3g}{'' if b.interior else '*'}"
+                         + (f"; read at t = {np.median(rt[(h, nm)]):.0f}" if early else "") + ")")
         lines.append(f"{h:g} | " + " | ".join(cells))
-    for nm in names:
-        per = [tab[(h, nm)][1] for h in d["levels"]]
-        fins = np.array([v.mean() for v in per])
-        sd = max(float(v.std()) for v in per)
-        k = int(np.argmax(fins))
-        edge_gap = fins[k] - max(fins[0], fins[-1])
-        if k == 0:
-            shape = "falls as heterogeneity grows: highest at h = 0"
-        elif k < len(fins) - 1 and edge_gap > 2 * sd:
-            shape = f"peaks at an intermediate level, h = {d['levels'][k]:g}"
-        elif k == len(fins) - 1:
-            shape = f"rises with heterogeneity: highest at h = {d['levels'][k]:g}"
-        elif fins[-1] >= fins[k] - 2 * sd:
-            shape = (f"rises with heterogeneity and levels off (highest at h = {d['levels'][k]:g}, within "
-                     f"2 seed sd of h = {d['levels'][-1]:g})")
-        else:
-            shape = (f"is highest at an intermediate level, h = {d['levels'][k]:g}, but not clear of seed noise "
-                     f"(within 2 seed sd of h = {d['levels'][0]:g})")
-        lines.append(f"{nm}: final accuracy {shape} ({fins[k]:.3f}; h = 0: {fins[0]:.3f}, h = {d['levels'][-1]:g}: "
-                     f"{fins[-1]:.3f}; largest seed sd {sd:.3f}).")
-    edge = [f"{nm} at h = {h:g} (γ = {g:g})" for (h, nm), (g, _, _) in tab.items()
-            if g in (float(d["gammas"][nm][0]), float(d["gammas"][nm][-1]))]
-    if edge:
-        lines.append("Best step size at an edge of the grid (a wider grid might do better): " + "; ".join(edge) + ".")
-    lines.append("An 'optimal level of heterogeneity' would be an interior peak clear of seed noise. Synchronous "
-                 "schemes lose accuracy as soon as speeds spread (they wait for the slowest); vanilla ASGD, with "
-                 "i.i.d. shards, gains from a spread of speeds at fixed total compute (its fast workers deliver "
-                 "fresher gradients and the bias toward them costs nothing when every shard has the same "
-                 "distribution); Rescaled ASGD, which gives slow workers proportionally larger steps, needs a "
-                 "smaller γ as the spread grows and loses. These statements hold for identical data distributions; "
-                 "with non-i.i.d. shards vanilla ASGD's bias toward fast workers is a cost (see r1, r2, r5).")
+    lines.append("(\"read at t\": no log point falls in the budget's last tenth, so the model read is the last one "
+                 "before the budget, after the scheme's last round that ended by then.)")
+    same = identical(d)
+    if same:
+        lines.append("Bit-identical accuracies on every seed (the same computation at that length, one measurement "
+                     "twice): " + "; ".join(f"{a} and {b} at h = {h:g}" for h, a, b in same) + ".")
+    lines.append("Claims per scheme (paired differences of test accuracy over the reported seeds, mean and 95% "
+                 "t interval; for the second, \"does not hold\" at the Bonferroni level of its two comparisons):")
+    for c in claims_of(d):
+        ev = "; ".join(f"{n}: {_iv(iv)}" for n, iv in c["parts"])
+        lines.append(f"  {c['scheme']}: {c['claim']}: {c['verdict']} ({ev})" + (f"; {c['why']}" if c["why"] else ""))
+    edge = [f"{nm} at h = {h:g} ({_bracket(d, h, nm).note()})" for (h, nm) in d["cells"] if not _bracket(d, h, nm).interior]
+    lines.append(("Steps at a grid's edge after extension: " + "; ".join(edge) + ".") if edge else
+                 "Every cell's step is interior to its bracket.")
+    st = vanilla_staleness(d) if "vanilla ASGD" in names else {}
+    lines.append("How to read this: synchronous schemes wait for the slowest worker of each round, so a spread of "
+                 "speeds at fixed total compute costs them rounds (their \"heterogeneity costs accuracy\" is "
+                 "predicted by the set-up, as the claims above say). Asynchronous schemes do not wait, and on i.i.d. "
+                 "shards vanilla ASGD's bias toward fast workers (r1, r2) does not move its optimum. Why vanilla "
+                 "ASGD gains is not measured here. Its updates' mean staleness stays near n − 1 = 7 at every h (n "
+                 "jobs are always in flight), while the median falls as the fast workers deliver more of them: "
+                 + ", ".join(f"h = {h:g}: mean {m:.2f}, median {md:g}" for h, (m, md) in st.items())
+                 + ". Rescaled ASGD gives the slow workers' stale gradients "
+                 "proportionally larger steps and must take a smaller γ as speeds spread. With non-i.i.d. shards "
+                 "vanilla ASGD's bias is a cost (r5); these runs cannot show it.")
     return "\n".join(lines) + "\n"
+
+
+def verdicts(d: dict) -> list:
+    return [{"claim": f"{c['scheme']}: {c['claim']}", "verdict": c["verdict"],
+             "evidence": "; ".join(f"{n} {_iv(iv)}" for n, iv in c["parts"]) + (f"; {c['why']}" if c["why"] else ""),
+             "conditions": f"{d['preset']}: {d['dataset']}, n = {N}, i.i.d. shards, time budget {d['horizon']:g}, "
+                           f"steps bracketed per cell on {len(d['tune_seeds'])} tuning seeds (validation accuracy), "
+                           f"{len(d['report_seeds'])} reported seeds (each resampling {', '.join(lab.SOURCES)}); "
+                           "intervals conditional on the tuned steps"}
+            for c in claims_of(d)]
 
 
 def plot_frontier(d: dict, path: str) -> None:
     plt = pyplot()
 
-    tab = _frontier_table(d)
-    names = list(dict.fromkeys(k[1] for k in d["results"]))
+    acc, tt = final_accuracy(d), times_to_target(d)
+    names = _names(d)
+    levels = np.asarray(d["levels"], float)
     fig, ax = plt.subplots(1, 2, figsize=(12, 4.4), dpi=110)
     palette = ("k", "tab:purple", "tab:red", "tab:blue", "tab:green", "tab:orange", "tab:brown", "tab:olive")
-    for nm, color in zip(names, palette[:len(names)] if len(names) <= len(palette) else plt.cm.tab20.colors):
-        fin = np.array([tab[(h, nm)][1] for h in d["levels"]])
-        tt = np.array([tab[(h, nm)][2] for h in d["levels"]])
-        ax[0].plot(d["levels"], fin.mean(axis=1), marker="o", ms=3, color=color, label=nm)
-        ax[0].fill_between(d["levels"], fin.min(axis=1), fin.max(axis=1), color=color, alpha=0.15)
-        med = np.median(tt, axis=1)
-        ax[1].plot(d["levels"], np.where(np.isfinite(med), med, np.nan), marker="o", ms=3, color=color, label=nm)
-        lo, hi = np.min(tt, axis=1), np.max(tt, axis=1)
-        ax[1].fill_between(d["levels"], np.where(np.isfinite(lo), lo, np.nan), np.where(np.isfinite(hi), hi, np.nan),
+    for j, (nm, color) in enumerate(zip(names, palette)):
+        x = levels + (j - (len(names) - 1) / 2) * 0.012  # a small offset so the interval bars do not overlap
+        ivs = [claims.paired_interval(acc[(h, nm)]) for h in levels]
+        ax[0].errorbar(x, [iv.mean for iv in ivs], yerr=[iv.half for iv in ivs], color=color, marker="o", ms=3,
+                       capsize=2, lw=1.2, label=nm)
+        edge = [not _bracket(d, h, nm).interior for h in levels]
+        if any(edge):
+            ax[0].scatter(x[edge], np.array([iv.mean for iv in ivs])[edge], s=60, facecolors="none", edgecolors=color)
+        med = np.array([np.median(tt[(h, nm)]) for h in levels])
+        ax[1].plot(levels, np.where(np.isfinite(med), med, np.nan), marker="o", ms=3, color=color, label=nm)
+        lo = np.array([np.min(tt[(h, nm)]) for h in levels])
+        hi = np.array([np.max(tt[(h, nm)]) for h in levels])
+        ax[1].fill_between(levels, np.where(np.isfinite(lo), lo, np.nan), np.where(np.isfinite(hi), hi, np.nan),
                            color=color, alpha=0.15)
-    ax[0].set_ylabel(f"test accuracy at time {d['horizon']:g}")
-    ax[1].set_ylabel(f"time to accuracy {d['target']:.3f} (median; gap: not reached)")
+    ax[0].set_ylabel(f"test accuracy at time {d['horizon']:g} (mean, 95% t interval)")
+    ax[1].set_ylabel(f"time to accuracy {target(d):.3f} (median, range)")
     for a in ax:
         a.set_xlabel("heterogeneity h  (τ_i = e^(h z_i), same total compute)")
         a.grid(alpha=0.3)
         a.legend(fontsize=7)
+    fig.suptitle(f"each cell at its own bracketed step (circled: at a grid's edge); {len(d['report_seeds'])} seeds "
+                 f"resampling {', '.join(lab.SOURCES)} ({d['preset']} preset)", fontsize=9)
     save_figure(fig, path)
 
 
 def rows(d: dict) -> list[dict]:
-    tab = _frontier_table(d)
-    return [{"h": h, "method": nm, "gamma": g, "seed": s, "final_accuracy": float(fin[s]), "time_to_target": float(tt[s])}
-            for (h, nm), (g, fin, tt) in tab.items() for s in range(len(fin))]
+    acc, tt = final_accuracy(d), times_to_target(d)
+    return [{"h": float(h), "method": nm, "gamma": _bracket(d, h, nm).best, "interior": _bracket(d, h, nm).interior,
+             "seed": int(s), "final_accuracy": float(acc[(h, nm)][i]), "time_to_target": float(tt[(h, nm)][i])}
+            for (h, nm) in d["cells"] for i, s in enumerate(d["report_seeds"])]
 
 
-def compute(p: Preset, parts) -> dict:
-    return lab.in_one_part(compute_frontier, p, parts)
-
-
-FIGURE = Figure("hetero-frontier", "accuracy and time to target against heterogeneity, five schemes at their best step size", PRESETS, compute, plot_frontier, lab.with_footer(findings_frontier), rows,
-                stem="hetero_frontier", module=__file__, convolution=False)
+FIGURE = Figure("hetero-frontier", "accuracy and time to target against heterogeneity, six schemes at their bracketed steps",
+                PRESETS, compute, plot_frontier, lab.with_footer(findings_frontier), rows,
+                stem="hetero_frontier", module=__file__, convolution=False, verdicts=verdicts)

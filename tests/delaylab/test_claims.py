@@ -104,6 +104,21 @@ def test_bracket_extends_past_an_edge_and_stops_at_an_interior_optimum():
     assert b.steps[0] == pytest.approx(1e-5, rel=1e-9)
 
 
+def test_bracket_extends_past_an_edge_step_tied_with_the_best():
+    """Scores 1.00 at 0.1, 0.99 at 0.2 (best), 1.3 at 0.4: interior without a tie tolerance; with
+    2% the lower edge is tied with the best, so the bracket extends down until the lowest step is
+    clear of it, and a tie it cannot clear by its limit leaves it at the edge."""
+    table = {0.1: 1.0, 0.2: 0.99, 0.4: 1.3, 0.05: 1.2}
+    b = V.bracket(lambda g: table[round(g, 6)], [0.1, 0.2, 0.4])
+    assert b.interior and b.best == 0.2 and b.extended == 0
+    b = V.bracket(lambda g: table[round(g, 6)], [0.1, 0.2, 0.4], tie=0.02)
+    assert b.interior and b.best == 0.2 and b.extended == 1 and b.steps[0] == pytest.approx(0.05)
+    flat = V.bracket(lambda g: 1.0 - 0.001 * (g == 0.2), [0.1, 0.2, 0.4], tie=0.02, max_extend=2)
+    assert not flat.interior and flat.edge == "lower" and flat.extended == 2
+    with pytest.raises(ValueError, match="tie"):
+        V.bracket(lambda g: g, [0.1, 0.2], tie=-1.0)
+
+
 def test_bracket_optimum_inside_the_starting_grid_adds_nothing():
     b = V.bracket(lambda g: (g - 0.2) ** 2, [0.05, 0.1, 0.2, 0.4, 0.8])
     assert b.interior and b.best == 0.2 and b.extended == 0 and b.steps == (0.05, 0.1, 0.2, 0.4, 0.8)

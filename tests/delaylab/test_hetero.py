@@ -38,34 +38,81 @@ def test_until_gives_the_shortest_schedule_that_reaches_the_horizon():
 
 
 def test_mitigation_experiment_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
-    """Through the CLI, on a tiny preset and two of the six configurations (each configuration
-    compiles its own run; the real preset's runtime is in the README, not tested)."""
+    """Through the CLI, on a tiny preset and two of the six schemes, each at its bracketed step
+    (each scheme compiles its own programs; the real preset's runtime is in the README, not tested)."""
     import csv
+    import json
 
-    tiny = dataclasses.replace(lab.PRESETS["quick"], train=800, test=200, pool=4, hidden=16, seeds=2,
-                               horizon=40.0, probes=32, logs=5)
+    tiny = dataclasses.replace(lab.PRESETS["quick"], train=800, test=200, pool=4, hidden=16, seeds=2, tune_seeds=2,
+                               horizon=40.0, probes=32, logs=5, max_extend=1)
     monkeypatch.setitem(lab.PRESETS, "quick", tiny)
-    real = hetero_mitigation.mitigation_methods
-
-    def three(horizon, seed=0):
-        methods, H_i = real(horizon, seed)
-        keep = ("ASGD", "synchronous + 2 backup workers")
-        return {k: v for k, v in methods.items() if k in keep}, H_i
-
-    monkeypatch.setattr(hetero_mitigation, "mitigation_methods", three)
+    real = hetero_mitigation.mitigation_schemes
+    keep = ("ASGD", "synchronous + 2 backup workers")
+    monkeypatch.setattr(hetero_mitigation, "mitigation_schemes",
+                        lambda horizon: {k: v for k, v in real(horizon).items() if k in keep})
     assert cli.main(["figure", "hetero-mitigation", "--quick", "--out", str(tmp_path)]) == 0
     text = (tmp_path / "hetero_mitigation.txt").read_text()
     with open(tmp_path / "hetero_mitigation.csv") as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) == 2 * 2  # two configurations, two seeds
+    assert len(rows) == 2 * 2  # two schemes, two reported seeds
+    assert {r["seed"] for r in rows} == {"0", "1"}  # reported seeds, disjoint from the tuning seeds 10000, 10001
     assert (tmp_path / "hetero_mitigation.png").stat().st_size > 10_000
 
     def col(method, name):
         return np.array([float(r[name]) for r in rows if r["method"] == method])
 
     # the six fast workers (τ = 1, exponential noise of mean 0.1) close every round without the stragglers
-    assert 4.0 < col("synchronous + 2 backup workers", "throughput")[0] < 6.0
+    assert np.all((4.0 < col("synchronous + 2 backup workers", "throughput"))
+                  & (col("synchronous + 2 backup workers", "throughput") < 6.0))
     assert np.all(np.abs(col("synchronous + 2 backup workers", "specialisation")) < 1e-6)  # one model for all
     assert np.all(col("ASGD", "specialisation") > 0.0)  # asynchronous workers hold stale copies
     assert np.all(col("ASGD", "final_loss") < np.log(10))  # below the untrained loss
+    # each scheme's step comes from its bracket: the chosen step is among those evaluated
+    for method, start in (("ASGD", (0.05, 0.1, 0.2)), ("synchronous + 2 backup workers", (0.2, 0.4, 0.8))):
+        g = col(method, "gamma")[0]
+        assert min(start) / 2 - 1e-9 <= g <= max(start) * 2 + 1e-9
     assert "ASGD |" in text and "synchronous + 2 backup workers |" in text
+    # two schemes of different mitigations: no pair, so no claim, and the verdict file is empty
+    assert json.loads((tmp_path / "hetero_mitigation.verdicts.json").read_text()) == []
+
+
+def test_tuned_cells_resample_every_source_and_read_the_budget():
+    """Seeds of experiments 3 and 4 draw their own split and initial model; tuning reads held-out
+    training images, never the test images; a run is read at the budget, not past it."""
+    tiny = dataclasses.replace(lab.PRESETS["quick"], train=800, test=200, pool=4, hidden=16)
+    a, ta, ka = lab.seeded_problem(tiny, 0)
+    b, tb, kb = lab.seeded_problem(tiny, 1)
+    v, tv, kv = lab.seeded_problem(tiny, 0, validation=True)
+    assert ta != tb and not np.array_equal(np.asarray(a.data["X"]), np.asarray(b.data["X"]))
+    assert not np.array_equal(np.asarray(a.x0["Dense_0"]["kernel"]), np.asarray(b.x0["Dense_0"]["kernel"]))
+    assert ta == tv and np.array_equal(np.asarray(a.data["X"]), np.asarray(v.data["X"]))  # same seed, same draws
+    _, xtr, _, held = lab.tuning_images(tiny)
+    ds = lab.sim.data.load_mnist_format()
+    n_tr, n_val = len(xtr), len(held["test"][1])
+    np.testing.assert_array_equal(xtr, lab.pool(ds.x_train[:n_tr], tiny.pool))
+    # the validation images are the training split's next images, as many as the test images
+    np.testing.assert_array_equal(held["validation"][0], lab.pool(ds.x_train[n_tr: n_tr + n_val], tiny.pool))
+    assert len(held["validation"][1]) == n_val
+    run = {"time": np.array([0.0, 5.0, 9.5, 10.0, 12.0]), "v": np.array([9.0, 9.0, 1.0, 3.0, 100.0])}
+    assert lab.tail(run, "v", 10.0) == 2.0  # the points in (9, 10]
+    assert lab.tail(run, "v", 20.0) == 100.0  # ends before the budget: its own last tenth, (10.8, 12]
+    assert lab.tail(run, "v", 7.0) == 9.0  # nothing in (6.3, 7]: the last point before
+
+
+def test_frontier_runs_of_a_scheme_have_one_length_and_reach_the_budget():
+    """GSP's release events make its length vary with the timing draws; the frontier cuts every
+    run of a scheme to one length (one compiled program), long enough for the budget."""
+    counts = hetero_frontier.run_counts(60.0)
+    # round-based schemes slow down with the slowest worker: a length per level, not the longest
+    assert counts[2.0, "synchronous SGD"][0] < counts[0.0, "synchronous SGD"][0] / 4
+    assert counts[2.0, "vanilla ASGD"] == counts[0.0, "vanilla ASGD"]  # same total compute: one length
+    for h in (0.0, 2.0):
+        taus = lab.spread_taus(h)
+        sc = hetero_frontier.frontier_schemes(taus, 60.0)["grouped (GSP)"]
+        count, events = counts[h, "grouped (GSP)"]
+        raw = {sc.build(lab.timing_noise(taus, s), count).num_events for s in range(6)}
+        cut = [hetero_frontier.schedule_of(sc, lab.timing_noise(taus, s), count, events) for s in range(6)]
+        assert {c.num_events for c in cut} == {events}
+        assert min(c.end_time for c in cut) > 0.9 * 60.0  # every seed reaches (nearly) the budget
+        if h == 0.0:
+            assert len(raw) > 1  # what the cut is for
