@@ -152,18 +152,6 @@ def until(build, horizon: float, guess: int) -> schedules.Schedule:
     return build(count_until(build, horizon, guess))
 
 
-def with_margin(count: int) -> int:
-    """A count that takes every seed past the budget, not only the reference seed the count was
-    sized on: 15% and two more (a round-based run at high h has only a few rounds)."""
-    return int(math.ceil(1.15 * count)) + 2
-
-
-def read_time(run: dict, horizon: float) -> float:
-    """The time of the last log point at or before the budget: when the run is read (:func:`tail`)."""
-    t = np.asarray(run["time"], np.float64)
-    return float(t[max(int(np.sum(t <= float(horizon) + 1e-9)) - 1, 0)])
-
-
 def count_until(build, horizon: float, guess: int) -> int:
     """The smallest count (events, rounds, steps or reports, whatever ``build`` counts) whose
     schedule ``build(count)`` reaches simulated time ``horizon``."""
@@ -182,6 +170,11 @@ def count_until(build, horizon: float, guess: int) -> int:
             need = int(np.sum(~s.pull_only[:need]))
     return min(need, count)
 
+
+def with_margin(count: int) -> int:
+    """A count that takes every seed past the budget, not only the reference seed the count was
+    sized on: 15% and two more (a round-based run at high h has only a few rounds)."""
+    return int(math.ceil(1.15 * count)) + 2
 
 
 def in_one_part(compute, p: Preset, parts: Parts) -> dict:
@@ -281,6 +274,12 @@ def tail(run: dict, key: str, horizon: float) -> float:
     if not w.any():
         w = np.arange(t.size) == max(int(np.sum(upto)) - 1, 0)
     return float(np.mean(v[w]))
+
+
+def read_time(run: dict, horizon: float) -> float:
+    """The time of the last log point at or before the budget: when the run is read (:func:`tail`)."""
+    t = np.asarray(run["time"], np.float64)
+    return float(t[max(int(np.sum(t <= float(horizon) + 1e-9)) - 1, 0)])
 
 
 def tuned(parts: Parts, p: Preset, cell: str, inputs: dict, make_run: Callable, scheme: Scheme,
