@@ -88,8 +88,9 @@ SHARE = 1.1  # a scheme whose levels' lengths differ by at most this factor runs
 def run_counts(horizon: float) -> dict:
     """(h, name) -> (count, events): each run is built with ``count`` (events, rounds, steps or
     reports) and cut to ``events`` events by :func:`schedule_of`: the length that takes timing-noise
-    seed 0 to ``horizon``, with a margin that takes every seed past it (:func:`lab.with_margin`). One length means one compiled program (the engine compiles one per
-    schedule length, some 8 s each here), so every seed of a cell runs one length (GSP's release
+    seed 0 to ``horizon``, with a margin that takes every seed past it (:func:`lab.with_margin`).
+    One length means one compiled program (the engine compiles one per schedule length, some 8 s
+    each here), so every seed of a cell runs one length (GSP's release
     events make its length vary with the draws), and a scheme whose levels need lengths within a
     factor ``SHARE`` of each other (the asynchronous ones: total compute is the same at every h)
     runs the longest of them at every h; the round-based ones, whose rounds slow down as the

@@ -155,8 +155,9 @@ def findings_mitigation(d: dict) -> str:
              f"budget {d['horizon']:g}, i.i.d. shards). Each scheme at its own step, bracketed on tuning seeds "
              f"{d['tune_seeds']} by the training loss at the budget (scores within {d['tie']:.0%} of the best count "
              f"as tied, and a tie at an edge extends the grid); reported seeds {d['report_seeds']}, each drawing "
-             f"its own {', '.join(lab.SOURCES)} of the fixed training images. Specialisation index = 1 − mean pairwise CKA of the workers' models, "
-             "second half, mean of the two layers. DPro-SM-like: local steps per worker H_i from an EWMA of the "
+             f"its own {', '.join(lab.SOURCES)} of the fixed training images. Specialisation index = 1 − mean "
+             "pairwise CKA of the workers' models, second half, mean of the two layers. DPro-SM-like: local steps "
+             "per worker H_i from an EWMA of the "
              f"seed's first {WARM_UP} job times per worker (H = {LOCAL_H} for the fastest): "
              + (f"H_i = {list(map(int, H[0]))} on every reported seed." if same else
                 "; ".join(f"seed {s}: {list(map(int, h))}" for s, h in d["H_i"].items()) + "."),
@@ -167,7 +168,8 @@ def findings_mitigation(d: dict) -> str:
         early = np.median(r["read_at"]) < 0.9 * d["horizon"]
         lines.append(f"{name} | {b.best:.3g}{'' if b.interior else ' (edge)'} | {np.median(r['throughput']):.2f} | "
                      f"{r['loss'].mean():.4f} ± {r['loss'].std():.4f}"
-                     + (f" (read at t = {np.median(r['read_at']):.0f}, its last round before the budget)" if early else "")
+                     + (f" (read at t = {np.median(r['read_at']):.0f}, its last round before the budget)"
+                        if early else "")
                      + f" | {r['accuracy'].mean():.3f} | {r['specialisation'].mean():.2e}")
     lines.append("Claims (paired differences, mitigated − baseline, over the reported seeds; mean and 95% t interval):")
     for c in claims_of(d):
