@@ -6,7 +6,7 @@ Plain math over arrays: imports nothing of the project. Also home to the small h
 layers of a parameter pytree) and :mod:`theory.hierarchy` (levels of hierarchical averaging).
 """
 
-from theory.checks import Check, format_table
+from theory.checks import Check, format_table, summary_line
 from theory.complexity import (
     heterogeneous_lower_bound,
     homogeneous_lower_bound,
@@ -36,6 +36,7 @@ __all__ = [
     "periodic_orbit",
     "arithmetic_mean",
     "format_table",
+    "summary_line",
     "frequency_weights",
     "harmonic_mean",
     "heterogeneous_lower_bound",

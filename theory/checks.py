@@ -10,7 +10,10 @@ import math
 class Check:
     """One comparison of a predicted number with a measured one.
 
-    ``passed`` is ``|measured − predicted| <= tolerance`` (and both finite).
+    ``passed`` is ``|measured − predicted| <= tolerance`` (and both finite). ``tolerance_from``
+    says how the tolerance was obtained (printed with the row). ``independent`` is False for a row
+    that another row implies (it can fail only when that one does): such a row is shown, and its
+    failure still fails the run, but a count of checks leaves it out (:func:`summary_line`).
     """
 
     scenario: str
@@ -19,6 +22,8 @@ class Check:
     predicted: float
     measured: float
     tolerance: float
+    tolerance_from: str = ""
+    independent: bool = True
 
     @property
     def error(self) -> float:
@@ -36,19 +41,37 @@ class Check:
             "predicted": float(self.predicted),
             "measured": float(self.measured),
             "tolerance": float(self.tolerance),
+            "tolerance_from": self.tolerance_from,
+            "independent": self.independent,
             "passed": self.passed,
         }
 
 
 def format_table(checks) -> str:
-    """A fixed-width table of checks, one per line, with a verdict column."""
-    rows = [("scenario", "algorithm", "quantity", "predicted", "measured", "tolerance", "verdict")]
+    """A fixed-width table of checks, one per line, with a verdict column; where any check says
+    how its tolerance was obtained, a column for that (rows implied by others marked "implied")."""
+    checks = list(checks)
+    notes = any(c.tolerance_from or not c.independent for c in checks)
+    rows = [("scenario", "algorithm", "quantity", "predicted", "measured", "tolerance", "verdict")
+            + (("tolerance from",) if notes else ())]
     for c in checks:
+        note = "; ".join(x for x in (c.tolerance_from, "" if c.independent else "implied by the row above") if x)
         rows.append(
             (c.scenario, c.algorithm, c.quantity, f"{c.predicted:.6g}", f"{c.measured:.6g}",
-             f"{c.tolerance:.3g}", "pass" if c.passed else "FAIL")
+             f"{c.tolerance:.3g}", "pass" if c.passed else "FAIL") + ((note,) if notes else ())
         )
     widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def summary_line(checks) -> str:
+    """"N of M independent checks pass" (rows implied by others counted apart), and the failures."""
+    checks = list(checks)
+    counted = [c for c in checks if c.independent]
+    failed = [c for c in checks if not c.passed]
+    implied = len(checks) - len(counted)
+    return (f"{sum(c.passed for c in counted)} of {len(counted)} independent checks pass"
+            + (f" ({implied} more rows, implied by those, shown)" if implied else "")
+            + (f"; {len(failed)} FAIL" if failed else ""))

@@ -35,7 +35,11 @@ def test_verify_passes_and_writes_every_check(verified):
     status, table, out = verified
     assert status == 0
     rows = json.loads((out / "checks.json").read_text())
-    assert {tuple(sorted(r)) for r in rows} == {("algorithm", "measured", "passed", "predicted", "quantity", "scenario", "tolerance")}
+    assert {tuple(sorted(r)) for r in rows} == {("algorithm", "independent", "measured", "passed", "predicted", "quantity",
+                                                 "scenario", "tolerance", "tolerance_from")}
+    assert all(r["tolerance_from"] for r in rows)  # every row says how its tolerance was obtained
+    # the distance rows are implied by the fixed-point rows (triangle inequality): shown, not counted
+    assert all(r["independent"] == (not r["quantity"].startswith("distance to optimum")) for r in rows)
     assert {r["scenario"] for r in rows} == set(SCENARIOS)
     assert {r["algorithm"] for r in rows if r["scenario"] == "toy-1d"} == set(ALGORITHMS)
     assert all(r["passed"] for r in rows)
@@ -51,12 +55,15 @@ def test_verify_passes_and_writes_every_check(verified):
     # the table on stdout: every check, and the count
     closed = sum(e.closed_form_steps is not None for e in ALGORITHMS.values())
     n = 2 * len(ALGORITHMS) + closed + len({r["algorithm"] for r in rows if r["scenario"] == "cycle-map"})
-    assert len(rows) == n and f"{n} of {n} checks pass" in table
+    k = n - len(ALGORITHMS)  # independent: less the implied distance rows
+    assert len(rows) == n
+    assert f"{k} of {k} independent checks pass ({len(ALGORITHMS)} more rows, implied by those, shown)" in table
     assert "predicted" in table and "measured" in table and "tolerance" in table
     # the folder: the checks as CSV, the run's config and environment, the figure, every run's metrics
     csv = (out / "checks.csv").read_text().splitlines()
     assert len(csv) == n + 1 and csv[0].split(",")[0] == "scenario"
-    assert json.loads((out / "summary.json").read_text())["passed"] == n
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["passed"] == n and summary["independent_checks"] == summary["independent_passed"] == k
     env = json.loads((out / "environment.json").read_text())
     assert env["x64"] is True and "jax" in env["packages"] and "convolution" in env
     assert "averaged over the second half): holds." in (out / "fig_a.txt").read_text()

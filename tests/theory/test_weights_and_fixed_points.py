@@ -81,7 +81,15 @@ def test_check_report_verdicts():
     assert ok.passed and not bad.passed and not nan.passed
     table = theory.format_table([ok, bad])
     assert "pass" in table and "FAIL" in table
-    assert set(ok.as_dict()) == {"scenario", "algorithm", "quantity", "predicted", "measured", "tolerance", "passed"}
+    assert set(ok.as_dict()) == {"scenario", "algorithm", "quantity", "predicted", "measured", "tolerance",
+                                 "tolerance_from", "independent", "passed"}
+    assert "tolerance from" not in table  # no row says how its tolerance was obtained: no column
+    implied = theory.Check("s", "a", "q2", 1.0, 1.2, 0.1, "10% of x", independent=False)
+    table = theory.format_table([ok, implied])
+    assert "tolerance from" in table and "10% of x; implied by the row above" in table
+    # the count leaves the implied row out; its failure is still reported
+    assert theory.summary_line([ok, implied]) == "1 of 1 independent checks pass (1 more rows, implied by those, shown); 1 FAIL"
+    assert theory.summary_line([ok, bad]) == "1 of 2 independent checks pass; 1 FAIL"
 
 
 def _quadratic_derivatives(A, b):
