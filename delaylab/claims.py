@@ -166,7 +166,22 @@ def all_of(verdicts: Sequence[str]) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# times to a target
+# reading runs: values at a time, times to a target
+
+
+def window_mean(time: np.ndarray, v: np.ndarray, t: float, horizon: float) -> np.ndarray:
+    """``v`` [..., logs] averaged over the log points in (t − horizon/10, t] of ``time`` [..., logs]:
+    a run read at time t, steadied over the last tenth of the horizon (a run's last log point is at
+    its last event, which may fall a little short of t: the window is closed at the run's end when
+    that comes first; a window holding no log point takes the last one before it). A figure's
+    tuning score and its verdicts read runs through this one function."""
+    time, v = np.broadcast_arrays(np.asarray(time, np.float64), np.asarray(v, np.float64))
+    end = np.minimum(t, time[..., -1:])
+    at_or_before = time <= end + 1e-9
+    last = np.arange(time.shape[-1]) == np.sum(at_or_before, axis=-1, keepdims=True) - 1
+    w = ((time > end - horizon / 10) & at_or_before) | last  # never empty
+    return np.sum(np.where(w, v, 0.0), axis=-1) / np.sum(w, axis=-1)
+
 
 
 def first_crossing(t: Sequence[float], v: Sequence[float], eps: float, smooth: int = 1) -> float:

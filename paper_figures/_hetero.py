@@ -267,13 +267,8 @@ def tail(run: dict, key: str, horizon: float) -> float:
     the log points in (0.9 T, T], T the budget or the run's end if it ends first (the last log point
     at or before T if none falls there); NaN if the run diverged. Tuning and verdicts read runs
     this one way."""
-    t, v = np.asarray(run["time"], np.float64), np.asarray(run[key], np.float64)
-    end = min(float(horizon), float(t[-1]))
-    upto = t <= end + 1e-9
-    w = upto & (t > 0.9 * end)
-    if not w.any():
-        w = np.arange(t.size) == max(int(np.sum(upto)) - 1, 0)
-    return float(np.mean(v[w]))
+    end = min(float(horizon), float(np.asarray(run["time"])[-1]))
+    return float(claims.window_mean(run["time"], run[key], end, end))
 
 
 def read_time(run: dict, horizon: float) -> float:

@@ -173,10 +173,12 @@ def _failures(data) -> str:
 
     if data.get("failures", "iid") != "outages":
         return f"exchanges lost with probability {frac(FAILURE_P)}"
-    default = {f.name: f.default for f in dataclasses.fields(Preset)}  # for a preset no longer defined
     cfg = PRESETS.get(data.get("preset", ""))
-    (lo, hi), share = (default["outage_lengths"], default["outage_fraction"]) if cfg is None else \
-        (cfg.outage_lengths, cfg.outage_fraction)
+    if cfg is None:  # a preset no longer defined: the defaults
+        default = {f.name: f.default for f in dataclasses.fields(Preset)}
+        (lo, hi), share = default["outage_lengths"], default["outage_fraction"]
+    else:
+        (lo, hi), share = cfg.outage_lengths, cfg.outage_fraction
     return (f"long outages: each worker loses blocks of {lo}–{hi} consecutive exchanges covering a fraction "
             f"{frac(share)} of its exchanges")
 

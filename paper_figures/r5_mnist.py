@@ -17,7 +17,7 @@ How the numbers are made (:mod:`delaylab.claims`):
   from its 3-point starting grid (``GRIDS``), extended past an edge while the best step sits
   there (up to ``max_extend`` steps a side), on ``tune_seeds`` seeds disjoint from the reported
   ones (refined once around the best in the full preset). The score is the mean over tuning seeds
-  of F averaged over the last tenth of the horizon (:func:`window_mean`, the window the verdicts
+  of F averaged over the last tenth of the horizon (:func:`claims.window_mean`, the window the verdicts
   read; inf if a run diverged).
 - **Reported seeds** run at the chosen step: F (the theory's objective (1/n) Σ F_i; the shards
   are equal and partition the training subset, so it is also the pooled cross-entropy over it),
@@ -169,22 +169,9 @@ def _run(make, stepsize: float, seed: int, cfg: Preset, data_path) -> dict:
             "diverged_at": int(np.asarray(res.diverged_at)[0, 0]), "end_time": float(schedule.end_time)}
 
 
-def window_mean(time: np.ndarray, v: np.ndarray, t: float, horizon: float) -> np.ndarray:
-    """``v`` [..., logs] averaged over the log points in (t − horizon/10, t] of ``time`` [..., logs]
-    (a run's last log point is at its last event, which may fall a little short of the horizon:
-    the window is closed at the run's end when that comes first; a window holding no log point
-    takes the last one before it). The tuning score and the verdicts read runs this one way."""
-    time, v = np.broadcast_arrays(np.asarray(time, np.float64), np.asarray(v, np.float64))
-    end = np.minimum(t, time[..., -1:])
-    at_or_before = time <= end + 1e-9
-    last = np.arange(time.shape[-1]) == np.sum(at_or_before, axis=-1, keepdims=True) - 1
-    w = ((time > end - horizon / 10) & at_or_before) | last  # never empty
-    return np.sum(np.where(w, v, 0.0), axis=-1) / np.sum(w, axis=-1)
-
-
 def score_at(run: dict, t: float, horizon: float) -> float:
     """The tuning score of one run: F averaged over the window ending at t (inf if it diverged)."""
-    v = float(window_mean(run["time"], run["loss"], t, horizon))
+    v = float(claims.window_mean(run["time"], run["loss"], t, horizon))
     return v if math.isfinite(v) else math.inf
 
 
@@ -240,9 +227,9 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
 
 def at_time(data: dict, key: str, t: float) -> dict:
     """name -> per reported seed, ``key`` averaged over that seed's log points in the window ending
-    at t (:func:`window_mean`)."""
+    at t (:func:`claims.window_mean`)."""
     h = float(data["config"]["horizon"])
-    return {name: window_mean(m["times"], m[key], t, h) for name, m in data["methods"].items()}
+    return {name: claims.window_mean(m["times"], m[key], t, h) for name, m in data["methods"].items()}
 
 
 def ranking_claim(data: dict, t: float) -> dict:

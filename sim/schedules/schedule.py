@@ -33,6 +33,11 @@ def _check_count(value, argument: str) -> int:
     return int(value)
 
 
+# The Schedule fields with one entry per event (the optional ones may be None); job_key is not one.
+_PER_EVENT = ("worker", "start", "finish", "version", "delivered", "round", "compute_finish", "pull_only", "tag",
+              "applied_at")
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Schedule:
     """An explicit event sequence. All arrays have one entry per event, in processing order.
@@ -89,10 +94,7 @@ class Schedule:
     applied_at: np.ndarray | None = None
 
     def __post_init__(self):
-        for name in ("worker", "start", "finish", "version", "delivered", "round"):
-            arr = getattr(self, name)
-            arr.setflags(write=False)
-        for name in ("compute_finish", "job_key", "pull_only", "tag", "applied_at"):
+        for name in _PER_EVENT + ("job_key",):
             if getattr(self, name) is not None:
                 getattr(self, name).setflags(write=False)
         if self.num_events < 1:
@@ -152,9 +154,7 @@ class Schedule:
             raise ValueError(f"k = {k} cuts server round {int(self.round[k - 1])} in two; a head must end a round "
                              f"(the nearest ends are after events {ends[ends < k][-1:].tolist()} and "
                              f"{ends[ends > k][:1].tolist()})")
-        cut = {f: np.array(getattr(self, f)[:k]) for f in ("worker", "start", "finish", "version", "delivered", "round",
-                                                            "compute_finish", "pull_only", "tag", "applied_at")
-               if getattr(self, f) is not None}
+        cut = {f: np.array(getattr(self, f)[:k]) for f in _PER_EVENT if getattr(self, f) is not None}
         return dataclasses.replace(self, **cut, description=f"{self.description}; its first {k} events")
 
     def arrivals_per_worker(self, *, delivered_only: bool = True) -> np.ndarray:
