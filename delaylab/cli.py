@@ -17,6 +17,9 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--scenario", action="append", help="run only this scenario (repeatable); default: all")
     v.add_argument("--list", action="store_true", help="list the scenarios and exit")
     v.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    v.add_argument("--mutants", action="store_true",
+                   help="also check the same runs under plausible wrong theories and print the mutation score "
+                        "(exit 1 if some wrong theory passes every check)")
     _run_parser(sub)
     sh = sub.add_parser("show", help="summarise a run folder and redraw its figure")
     sh.add_argument("folder", help="a folder `delaylab run` wrote")
@@ -186,7 +189,7 @@ def main(argv=None) -> int:
             import paper_figures
 
             return verify.run_verify(None if args.no_out else args.out, as_json=args.json,
-                                     names=args.scenario, quiet=args.quiet or args.json,
+                                     names=args.scenario, quiet=args.quiet or args.json, mutants=args.mutants,
                                      figure=lambda out: paper_figures.figure("r1").write(out, quiet=True))
         except ValueError as err:
             print(f"delaylab verify: {err}", file=sys.stderr)

@@ -2,7 +2,12 @@
 
 Each is chosen so that vanilla ASGD's frequency-weighted fixed point x_p and the true optimum x*
 are far apart compared with the tolerance, so a check can tell which of the two a method
-reached. Tests use other cases, so that verify and the suite check different numbers.
+reached, and each step is small enough that the O(γ) offset of the finite-step average, which
+the fixed-point tolerances are computed from, stays within about 1% of that distance for every
+method theory models (printed per row by `delaylab verify`), so a method left with 2% of the
+bias is told apart. Runs last far longer than the transient (the initial error decays by e^-30
+or more before the averaging window). Tests use other cases, so that verify and the suite check
+different numbers.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ class Scenario:
     problem: Callable[[], sim.problems.Problem]
     schedule: Callable[[], schedules.Schedule]
     stepsize: float
+    # (algorithm, γ) pairs that run at another step than ``stepsize``, each with its reason below
+    step_overrides: tuple = ()
 
 
 def _spread_b(n: int, d: int, seed: int, scale: float = 2.0) -> np.ndarray:
@@ -48,33 +55,40 @@ def _straggler_taus(n: int) -> np.ndarray:
     return t
 
 
+# Clipped ASGD moves each arrival by at most γc, and near its limit by γc/‖∇F_i‖ times the
+# gradient: where every gradient there is long (straggler-10x, d100: all workers clipped), its
+# effective step is several times smaller than the others', and at the scenario's γ it would not
+# reach its limit within the run. It runs at 0.005 there; theory has no finite-step model of it
+# (its tolerance is the 2% cap either way).
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("toy-1d", "d=1, n=3, τ=(1,5,10), b=(1,−1,−2): the Fig. A toy",
              toy_problem, lambda: schedules.fixed_computation(TOY_TAUS, num_events=20000), 0.02),
     Scenario("tau-i", "τ_i=i, n=4, d=10, dense curvature",
              lambda: sim.problems.random_quadratic(4, 10, condition=4.0, spread=2.0, seed=101),
-             lambda: schedules.fixed_computation(_taus("linear", 4), num_events=30000), 0.01),
+             lambda: schedules.fixed_computation(_taus("linear", 4), num_events=40000), 0.0015),
     Scenario("tau-sqrt-i", "τ_i=√i, n=8, d=5, diagonal curvature",
              lambda: sim.problems.random_quadratic(8, 5, diagonal=True, condition=4.0, spread=2.0, seed=102),
-             lambda: schedules.fixed_computation(_taus("sqrt", 8), num_events=40000), 0.01),
+             lambda: schedules.fixed_computation(_taus("sqrt", 8), num_events=40000), 0.0025),
     Scenario("tau-i2", "τ_i=i², n=4, d=3, dense curvature",
              lambda: sim.problems.random_quadratic(4, 3, condition=3.0, spread=2.0, seed=103),
              lambda: schedules.fixed_computation(_taus("square", 4), num_events=40000), 0.004),
     Scenario("straggler-10x", "n=8, one worker 10× slower, d=20, diagonal curvature",
              lambda: sim.problems.random_quadratic(8, 20, diagonal=True, condition=4.0, spread=2.0, seed=104),
-             lambda: schedules.fixed_computation(_straggler_taus(8), num_events=60000), 0.005),
+             lambda: schedules.fixed_computation(_straggler_taus(8), num_events=80000), 0.0006,
+             step_overrides=(("clipped_asgd", 0.005),)),
     Scenario("exponential", "random durations τ_i=i + Exp(mean 1), n=4, d=10, dense; τ-rules use mean durations",
              lambda: sim.problems.random_quadratic(4, 10, condition=4.0, spread=2.0, seed=105),
-             lambda: schedules.random_durations(_taus("linear", 4), num_events=40000, noise="exponential", seed=7), 0.01),
+             lambda: schedules.random_durations(_taus("linear", 4), num_events=40000, noise="exponential", seed=7), 0.003),
     Scenario("d100", "τ_i=i, n=16, d=100, diagonal curvature",
              lambda: sim.problems.random_quadratic(16, 100, diagonal=True, condition=4.0, spread=2.0, seed=106),
-             lambda: schedules.fixed_computation(_taus("linear", 16), num_events=60000), 0.005),
+             lambda: schedules.fixed_computation(_taus("linear", 16), num_events=80000), 0.0006,
+             step_overrides=(("clipped_asgd", 0.005),)),
     Scenario("noisy", "gradient noise σ=1, τ=(1,2,3,5,8), n=5, d=3, dense",
              lambda: sim.problems.random_quadratic(5, 3, condition=3.0, spread=2.0, noise=1.0, seed=107),
              lambda: schedules.fixed_computation([1.0, 2.0, 3.0, 5.0, 8.0], num_events=80000), 0.003),
     Scenario("logistic", "logistic regression, τ_i=i, n=4, 5 features + intercept, full local batches",
              lambda: sim.problems.synthetic_logistic(4, 80, 5, heterogeneity=1.5, l2=0.05, seed=108),
-             lambda: schedules.fixed_computation(_taus("linear", 4), num_events=30000), 0.05),
+             lambda: schedules.fixed_computation(_taus("linear", 4), num_events=60000), 0.0125),
 )
 
 

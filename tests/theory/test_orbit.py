@@ -64,3 +64,57 @@ def test_orbit_rejects_non_integer_taus_and_large_steps():
         theory.periodic_orbit(np.ones((2, 1)), np.zeros((2, 1)), [1.0, 1.5], lambda i, st: 0.1)
     with pytest.raises(ValueError, match="does not contract"):
         theory.periodic_orbit(np.ones((2, 1)), np.zeros((2, 1)), [1, 2], lambda i, st: 5.0)
+
+
+def test_vectorised_staleness_matches_the_definition():
+    """cyclic_staleness against the definition, arrivals strictly between a worker's two arrivals
+    counted by hand; arrival_staleness against the schedule's own staleness (sim.schedules)."""
+    import sim
+    from theory.orbit import arrival_staleness, cyclic_staleness
+
+    ev = theory.hyperperiod_events([2, 3, 4])
+    workers = [i for _, i in ev]
+    K = len(ev)
+    by_hand = []
+    for k, i in enumerate(workers):
+        j = next(j for j in range(1, K + 1) if workers[(k - j) % K] == i)
+        by_hand.append(j - 1)
+    assert cyclic_staleness(workers).tolist() == by_hand
+    sched = sim.schedules.fixed_computation([1.0, 2.0, 3.0, 5.0], num_events=200)
+    np.testing.assert_array_equal(arrival_staleness(sched.worker), sched.staleness)
+
+
+def test_replay_over_whole_periods_equals_the_orbit():
+    """The replayed dynamics (theory.orbit.replayed_averages), started at 0 and averaged over the
+    second half of 400 whole hyperperiods, equals the periodic orbit's average; two step sequences
+    at once."""
+    from theory.orbit import _event_arrays, cyclic_staleness, replayed_averages
+
+    rng = np.random.default_rng(2)
+    n, d = 3, 2
+    M = rng.standard_normal((n, d, d))
+    A = M @ np.swapaxes(M, 1, 2) + np.eye(d)
+    b = rng.standard_normal((n, d))
+    taus = np.array([1.0, 2.0, 3.0])
+    steps = {g: (lambda i, st, g=g: g / max(1, st)) for g in (0.05, 0.02)}
+    orbits = {g: theory.periodic_orbit(A, b, taus, s) for g, s in steps.items()}
+    times, workers, H = _event_arrays(taus)
+    periods = 400
+    finish = np.concatenate([times + p * H for p in range(periods)]).astype(float)
+    workers = np.tile(workers, periods)
+    stale = np.tile(cyclic_staleness(_event_arrays(taus)[1]), periods)
+    seq = np.stack([[steps[g](0, s) for s in stale] for g in steps])
+    avg, _ = replayed_averages(A, b, np.zeros(d), finish, workers, float(periods * H), seq, average_from=0.5)
+    for row, g in zip(avg, steps):
+        assert np.linalg.norm(row - orbits[g].average) < 1e-10
+
+
+def test_richardson_recovers_a_polynomial_limit():
+    from theory.orbit import richardson
+
+    x0, c1, c2 = np.array([1.0, -2.0]), np.array([0.3, 0.1]), np.array([-0.2, 0.5])
+    xs = [x0 + c1 * h + c2 * h**2 for h in (0.1, 0.05, 0.025)]
+    est = richardson(xs)
+    np.testing.assert_allclose(est.limit, x0, atol=1e-14)
+    assert abs(est.offset - np.linalg.norm(xs[0] - x0)) < 1e-14
+    assert est.uncertainty == pytest.approx(np.linalg.norm(c2) * 0.05 * 0.025, rel=1e-9)

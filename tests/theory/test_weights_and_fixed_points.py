@@ -82,7 +82,7 @@ def test_check_report_verdicts():
     table = theory.format_table([ok, bad])
     assert "pass" in table and "FAIL" in table
     assert set(ok.as_dict()) == {"scenario", "algorithm", "quantity", "predicted", "measured", "tolerance",
-                                 "tolerance_from", "independent", "passed"}
+                                 "tolerance_from", "independent", "schedule_based", "passed"}
     assert "tolerance from" not in table  # no row says how its tolerance was obtained: no column
     implied = theory.Check("s", "a", "q2", 1.0, 1.2, 0.1, "10% of x", independent=False)
     table = theory.format_table([ok, implied])
@@ -90,6 +90,12 @@ def test_check_report_verdicts():
     # the count leaves the implied row out; its failure is still reported
     assert theory.summary_line([ok, implied]) == "1 of 1 independent checks pass (1 more rows, implied by those, shown); 1 FAIL"
     assert theory.summary_line([ok, bad]) == "1 of 2 independent checks pass; 1 FAIL"
+    # a schedule-based row: counted apart, marked in the table
+    read_off = theory.Check("s", "a", "q3", 1.0, 1.0, 0.1, "x", schedule_based=True)
+    assert not read_off.counted and not read_off.as_dict()["independent"]
+    assert "x; schedule-based prediction" in theory.format_table([ok, read_off])
+    assert theory.summary_line([ok, read_off]) == ("1 of 1 independent checks pass; 1 of 1 schedule-based rows "
+                                                   "(prediction read off the realised schedule) pass")
 
 
 def _quadratic_derivatives(A, b):

@@ -1,0 +1,171 @@
+"""The theory `delaylab verify` checks, as one value: every prediction it makes, as functions.
+
+A :class:`Theory` holds the formulas of specs/asgd.md §2 that turn a step rule, the workers' job
+durations τ and a problem into predictions: the implicit weights q_i ∝ (step mass per unit time)
+(§2.2), the limit x_q, the exact finite-step orbit (§2.3), the noise floor and its ratio (§2.3,
+R3). :data:`PAPER` is the theory as published. ``delaylab verify --mutants`` replaces single
+formulas with plausible wrong ones (``dataclasses.replace``) and asks whether some check fails
+under each, which is how one learns that the checks can see a wrong theory at all.
+
+The step rules are written here from the papers' update equations, as functions of the worker,
+its steady-state staleness and τ, so that what verify predicts never calls the algorithms' code
+(``algos``); the simulation is the measurement, this is the prediction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+import numpy as np
+
+from theory import fixed_point as _fp
+from theory import noise as _noise
+from theory import orbit as _orbit
+from theory import weights as _w
+
+StepOf = Callable[[int, int], float]  # (worker, staleness) -> γ of that arrival
+
+# The step rules theory knows (specs/asgd.md §3): name -> what the step of an arrival depends on.
+TAU_ONLY_RULES = ("constant", "rescaled", "inverse_tau")
+DELAY_RULES = ("delay_adaptive", "staleness_aware")
+RULES = TAU_ONLY_RULES + DELAY_RULES
+
+
+_MEAN_STEPS: dict = {}  # (rule, γ, τ, staleness unit) -> mean step of each worker's arrivals over a period
+
+
+def _unit_weights(stepsizes, taus):
+    return _w.implicit_weights(stepsizes, taus)
+
+
+@dataclasses.dataclass(frozen=True)
+class Theory:
+    """Attributes (each a formula of the spec; the defaults are the published ones):
+      implicit_weights: (γ_i, τ) -> q, q_i ∝ γ_i/τ_i (§2.2).
+      rescaling_mean: τ -> the mean Rescaled ASGD divides by, τ_H (§3.1).
+      rescaling_power: Rescaled's step is γ (τ_i)^power / mean (1: the published rule).
+      quadratic_fixed_point: (A, b, q) -> x_q = (Σ q_i A_i)^{-1} Σ q_i A_i b_i (§2.3).
+      clipping: whether the limit of clipped ASGD balances the clipped gradients (§4.11).
+      noise_scale: the constant of the noise floor V σ²/(4Γ), relative to the published one.
+      floor_ratio: τ -> the predicted ratio of Rescaled's floor to vanilla's, τ_A/τ_H (R3).
+      staleness_in: "updates" (the published definition) or "time".
+      compose: folds an arrival's affine map into the period's map (see theory.orbit).
+    """
+
+    name: str = "paper"
+    description: str = "the theory as published (specs/asgd.md §2)"
+    implicit_weights: Callable = _unit_weights
+    rescaling_mean: Callable = _w.harmonic_mean
+    rescaling_power: float = 1.0
+    quadratic_fixed_point: Callable = _fp.quadratic_fixed_point
+    clipping: bool = True
+    noise_scale: float = 1.0
+    floor_ratio: Callable = lambda taus: _w.arithmetic_mean(taus) / _w.harmonic_mean(taus)  # noqa: E731
+    staleness_in: str = "updates"
+    compose: Optional[Callable] = None
+
+    # --- the step rules -------------------------------------------------------------------------
+
+    def tau_steps(self, rule: str, gamma: float, taus) -> np.ndarray:
+        """γ_i of a rule whose step depends on τ only."""
+        t = np.asarray(taus, dtype=np.float64)
+        if rule == "constant":
+            return np.full(t.shape, float(gamma))
+        if rule == "rescaled":  # γ τ_i / τ_H
+            return gamma * t**self.rescaling_power / self.rescaling_mean(t)
+        if rule == "inverse_tau":  # γ τ_H / τ_i
+            return gamma * _w.harmonic_mean(t) / t
+        raise ValueError(f"{rule!r} is not a τ-only rule; those are {TAU_ONLY_RULES}")
+
+    def step_rule(self, rule: str, gamma: float, taus, n: int) -> StepOf:
+        """The rule as a function of (worker, staleness)."""
+        if rule in TAU_ONLY_RULES:
+            g = self.tau_steps(rule, gamma, taus)
+            return lambda worker, staleness: float(g[worker])
+        if rule == "delay_adaptive":  # γ n / max(n, δ) (Mishchenko et al.)
+            return lambda worker, staleness: gamma * n / max(n, staleness)
+        if rule == "staleness_aware":  # γ / max(1, δ) (Zhang et al.)
+            return lambda worker, staleness: gamma / max(1, staleness)
+        raise ValueError(f"unknown step rule {rule!r}; known: {RULES}")
+
+    def event_steps(self, rule: str, gamma: float, taus, workers, staleness) -> np.ndarray:
+        """γ of each arrival, given its worker and staleness (arrays)."""
+        workers = np.asarray(workers, dtype=np.int64)
+        s = np.asarray(staleness, dtype=np.float64)
+        n = len(taus)
+        if rule in TAU_ONLY_RULES:
+            return self.tau_steps(rule, gamma, taus)[workers]
+        if rule == "delay_adaptive":
+            return gamma * n / np.maximum(n, s)
+        if rule == "staleness_aware":
+            return gamma / np.maximum(1.0, s)
+        raise ValueError(f"unknown step rule {rule!r}; known: {RULES}")
+
+    # --- staleness --------------------------------------------------------------------------------
+
+    def period_staleness(self, workers, taus) -> np.ndarray:
+        """Steady-state staleness of one hyperperiod's arrivals under fixed computation."""
+        if self.staleness_in == "updates":
+            return _orbit.cyclic_staleness(workers)
+        return np.asarray(taus, dtype=np.float64)[np.asarray(workers)]  # time since the model was handed
+
+    def run_staleness(self, workers, finish) -> np.ndarray:
+        """Staleness of each arrival of an event list that starts with every worker idle-free."""
+        if self.staleness_in == "updates":
+            return _orbit.arrival_staleness(workers)
+        workers = np.asarray(workers, dtype=np.int64)
+        finish = np.asarray(finish, dtype=np.float64)
+        last = np.zeros(int(workers.max()) + 1)
+        out = np.empty(finish.size)
+        for k, (i, t) in enumerate(zip(workers, finish)):
+            out[k], last[i] = t - last[i], t
+        return out
+
+    # --- weights and limits -----------------------------------------------------------------------
+
+    def closed_form_weights(self, rule: str, gamma: float, taus) -> Optional[np.ndarray]:
+        """q from τ alone: for τ-only rules q ∝ γ_i/τ_i; for delay-dependent rules under fixed
+        computation (integer τ, so the arrivals repeat every H = lcm τ_i), q_i ∝ the mean step of
+        worker i's arrivals over one period divided by τ_i. None where τ alone does not determine
+        the staleness (non-integer τ)."""
+        t = np.asarray(taus, dtype=np.float64)
+        if rule in TAU_ONLY_RULES:
+            return self.implicit_weights(self.tau_steps(rule, gamma, t), t)
+        if np.any(t != np.round(t)):
+            return None
+        key = (rule, float(gamma), tuple(t), self.staleness_in)
+        if key not in _MEAN_STEPS:  # one period can hold millions of arrivals (τ = 1..16): computed once
+            _, workers, _ = _orbit._event_arrays(t)
+            steps = self.event_steps(rule, gamma, t, workers, self.period_staleness(workers, t))
+            _MEAN_STEPS[key] = np.bincount(workers, weights=steps, minlength=t.size) / np.bincount(workers, minlength=t.size)
+        return self.implicit_weights(_MEAN_STEPS[key], t)
+
+    def frequency_weights(self, taus) -> np.ndarray:
+        """Vanilla ASGD's weights p."""
+        return self.implicit_weights(np.ones(len(taus)), taus)
+
+    def limit(self, problem, weights, *, clip: Optional[float] = None) -> np.ndarray:
+        """Where a method with step-mass weights q settles on ``problem`` (a sim Problem, read
+        through its float64 attributes only): x_q, or the root of Σ q_i clip_c(∇F_i) with ``clip``."""
+        if clip is not None and self.clipping:
+            x0 = problem.minimiser if problem.minimiser is not None else np.asarray(problem.x0, dtype=np.float64)
+            return _fp.clipped_fixed_point(problem.derivatives, weights, clip, x0)
+        if problem.curvature is not None:
+            A, b = problem.curvature
+            return self.quadratic_fixed_point(A, b, weights)
+        x0 = problem.minimiser if problem.minimiser is not None else np.asarray(problem.x0, dtype=np.float64)
+        return _fp.weighted_minimiser(problem.derivatives, weights, x0)
+
+    # --- the finite-step orbit and the noise floor -------------------------------------------------
+
+    def periodic_orbit(self, A, b, taus, rule: str, gamma: float) -> _orbit.Orbit:
+        return _orbit.periodic_orbit(A, b, taus, self.step_rule(rule, gamma, taus, len(taus)),
+                                     staleness=self.period_staleness, compose=self.compose)
+
+    def noise_floor(self, A, b, taus, steps, sigma2: float) -> float:
+        """E F_q − F_q(x_q) ≈ V σ²/(4Γ) (§2.3)."""
+        return self.noise_scale * _noise.noise_floor(A, b, taus, steps, sigma2).gap_weighted
+
+
+PAPER = Theory()
