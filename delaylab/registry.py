@@ -17,7 +17,7 @@ import algos
 import theory
 
 from sim.schedules import Schedule
-from theory.model import TAU_ONLY_RULES
+from theory.model import is_tau_only
 
 
 StepOf = Callable[[int, int], float]  # (worker, staleness) -> γ of that arrival
@@ -27,14 +27,15 @@ StepOf = Callable[[int, int], float]  # (worker, staleness) -> γ of that arriva
 class AlgorithmEntry:
     """Attributes:
     make: (γ, schedule) -> the algorithm (τ-aware rules read the schedule's mean durations).
-    rule: the name of the step rule theory models it with (``theory.model.RULES``), or None.
+    rule: the step rule theory models it with: a name of ``theory.model.RULES``, a
+      :class:`theory.StepRule` (a new method's rule), or None.
     closed_form: whether the rule's closed-form weights apply to the method's step mass (False
       for methods whose steps the rule describes only to first order).
     """
 
     name: str
     make: Callable[[float, Schedule], algos.Algorithm]
-    rule: Optional[str]
+    rule: Optional[object]
     summary: str
     # For methods whose steps depend on their own server clock: (γ, schedule) -> γ per arrival.
     event_steps_fn: Optional[Callable[[float, Schedule], np.ndarray]] = None
@@ -63,7 +64,7 @@ class AlgorithmEntry:
 
     def closed_form_steps(self, stepsize: float, taus) -> Optional[np.ndarray]:
         """γ_i for rules that depend on τ only, else None."""
-        if self.rule not in TAU_ONLY_RULES:
+        if self.rule is None or not is_tau_only(self.rule):
             return None
         return theory.PAPER.tau_steps(self.rule, stepsize, taus)
 

@@ -37,7 +37,7 @@ import hashlib
 import os
 import sys
 import time
-from typing import Callable, Iterable, Optional
+from typing import Iterable, Optional
 
 import jax
 import numpy as np
@@ -365,10 +365,10 @@ def _weight_tolerance(m: Measured, entry: AlgorithmEntry, th: theory.Theory, q: 
     taus = schedule.mean_durations
     T = schedule.end_time
     # the largest step one arrival of each worker can get under the rule
-    gamma_max = (th.tau_steps(entry.rule, run.stepsize, taus) if entry.rule in theory.model.TAU_ONLY_RULES
+    gamma_max = (th.tau_steps(entry.rule, run.stepsize, taus) if theory.model.is_tau_only(entry.rule)
                  else np.full(taus.size, run.stepsize))
     slack = np.ones(taus.size)
-    if entry.rule not in theory.model.TAU_ONLY_RULES:
+    if not theory.model.is_tau_only(entry.rule):
         slack += 2 * taus.max() / taus + 1
     dur = schedule.finish - schedule.start
     var = np.array([dur[schedule.worker == i].var() for i in range(taus.size)])
@@ -386,7 +386,7 @@ def _closed_form_q(entry: AlgorithmEntry, th: theory.Theory, gamma: float, sched
     """q from τ alone, where the theory gives it for this schedule (None: read it off the schedule)."""
     taus = schedule.mean_durations
     if entry.rule is not None:
-        if entry.rule not in theory.model.TAU_ONLY_RULES and not _fixed_computation(schedule):
+        if not theory.model.is_tau_only(entry.rule) and not _fixed_computation(schedule):
             return None  # random durations: the staleness, so the steps, are not a function of τ
         return th.closed_form_weights(entry.rule, gamma, taus)
     if entry.weights_fn is not None:  # the table methods: unbiased, q uniform

@@ -15,7 +15,7 @@ from theory.complexity import (
     vanilla_asgd_homogeneous_time,
 )
 from theory.fixed_point import clipped_fixed_point, quadratic_fixed_point, quadratic_gap, weighted_minimiser
-from theory.model import PAPER, Theory
+from theory.model import PAPER, StepRule, Theory
 from theory.noise import NoiseFloor, noise_floor, quadratic_gaps
 from theory.orbit import Orbit, hyperperiod_events, periodic_orbit
 from theory.weights import (
@@ -30,6 +30,7 @@ from theory.weights import (
 __all__ = [
     "Check",
     "PAPER",
+    "StepRule",
     "Theory",
     "NoiseFloor",
     "noise_floor",

@@ -32,6 +32,27 @@ DELAY_RULES = ("delay_adaptive", "staleness_aware")
 RULES = TAU_ONLY_RULES + DELAY_RULES
 
 
+@dataclasses.dataclass(frozen=True)
+class StepRule:
+    """A step rule theory does not know by name (a notebook's new method): exactly one of
+      tau_steps: (γ, τ) -> γ_i, a step per worker that depends on τ only;
+      delay_step: (γ, n, δ) -> γ, vectorised over an array of staleness values δ.
+    Pass it wherever a rule name goes (``AlgorithmEntry(rule=...)``)."""
+
+    name: str
+    tau_steps: Optional[Callable] = None
+    delay_step: Optional[Callable] = None
+
+    def __post_init__(self):
+        if (self.tau_steps is None) == (self.delay_step is None):
+            raise ValueError(f"StepRule {self.name!r}: give exactly one of tau_steps and delay_step")
+
+
+def is_tau_only(rule) -> bool:
+    """Whether the rule's steps depend on τ alone (a closed form for any schedule's means)."""
+    return rule in TAU_ONLY_RULES or (isinstance(rule, StepRule) and rule.tau_steps is not None)
+
+
 _MEAN_STEPS: dict = {}  # (rule, γ, τ, staleness unit) -> mean step of each worker's arrivals over a period
 
 
@@ -70,6 +91,8 @@ class Theory:
     def tau_steps(self, rule: str, gamma: float, taus) -> np.ndarray:
         """γ_i of a rule whose step depends on τ only."""
         t = np.asarray(taus, dtype=np.float64)
+        if isinstance(rule, StepRule) and rule.tau_steps is not None:
+            return np.broadcast_to(np.asarray(rule.tau_steps(gamma, t), dtype=np.float64), t.shape)
         if rule == "constant":
             return np.full(t.shape, float(gamma))
         if rule == "rescaled":  # γ τ_i / τ_H
@@ -80,7 +103,9 @@ class Theory:
 
     def step_rule(self, rule: str, gamma: float, taus, n: int) -> StepOf:
         """The rule as a function of (worker, staleness)."""
-        if rule in TAU_ONLY_RULES:
+        if isinstance(rule, StepRule) and rule.delay_step is not None:
+            return lambda worker, staleness: float(rule.delay_step(gamma, n, np.float64(staleness)))
+        if is_tau_only(rule):
             g = self.tau_steps(rule, gamma, taus)
             return lambda worker, staleness: float(g[worker])
         if rule == "delay_adaptive":  # γ n / max(n, δ) (Mishchenko et al.)
@@ -94,7 +119,9 @@ class Theory:
         workers = np.asarray(workers, dtype=np.int64)
         s = np.asarray(staleness, dtype=np.float64)
         n = len(taus)
-        if rule in TAU_ONLY_RULES:
+        if isinstance(rule, StepRule) and rule.delay_step is not None:
+            return np.broadcast_to(np.asarray(rule.delay_step(gamma, n, s), dtype=np.float64), s.shape)
+        if is_tau_only(rule):
             return self.tau_steps(rule, gamma, taus)[workers]
         if rule == "delay_adaptive":
             return gamma * n / np.maximum(n, s)
@@ -130,7 +157,7 @@ class Theory:
         worker i's arrivals over one period divided by τ_i. None where τ alone does not determine
         the staleness (non-integer τ)."""
         t = np.asarray(taus, dtype=np.float64)
-        if rule in TAU_ONLY_RULES:
+        if is_tau_only(rule):
             return self.implicit_weights(self.tau_steps(rule, gamma, t), t)
         if np.any(t != np.round(t)):
             return None

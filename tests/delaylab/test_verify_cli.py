@@ -162,3 +162,20 @@ def test_theory_side_closed_forms_of_delay_dependent_rules():
     # n = 2: w0: 2/max(2,1) = 1 twice; w1: 2/max(2,2) = 1 -> frequency weights (2/3, 1/3)
     np.testing.assert_allclose(q, [2 / 3, 1 / 3], rtol=1e-12)
     assert theory.PAPER.closed_form_weights("delay_adaptive", 1.0, [1.0, 1.5]) is None  # τ alone does not fix δ
+
+
+def test_a_new_methods_step_rule_gets_the_same_theory_as_a_named_one():
+    """theory.StepRule (a notebook's rule) goes through the same formulas as the named rules."""
+    import theory
+
+    taus = np.array([1.0, 2.0, 3.0])
+    aware = theory.StepRule("aware", delay_step=lambda g, n, d: g / np.maximum(1.0, d))
+    np.testing.assert_array_equal(theory.PAPER.closed_form_weights(aware, 0.1, taus),
+                                  theory.PAPER.closed_form_weights("staleness_aware", 0.1, taus))
+    const = theory.StepRule("const", tau_steps=lambda g, t: np.full(len(t), g))
+    np.testing.assert_allclose(theory.PAPER.closed_form_weights(const, 0.1, taus), theory.frequency_weights(taus))
+    A, b = np.ones((3, 1)), np.array([[1.0], [-1.0], [2.0]])
+    assert np.array_equal(theory.PAPER.periodic_orbit(A, b, taus, aware, 0.05).average,
+                          theory.PAPER.periodic_orbit(A, b, taus, "staleness_aware", 0.05).average)
+    with pytest.raises(ValueError, match="exactly one of"):
+        theory.StepRule("both", tau_steps=len, delay_step=len)
