@@ -151,14 +151,14 @@ class Theory:
 
     # --- weights and limits -----------------------------------------------------------------------
 
-    def closed_form_weights(self, rule: str, gamma: float, taus) -> Optional[np.ndarray]:
-        """q from τ alone: for τ-only rules q ∝ γ_i/τ_i; for delay-dependent rules under fixed
-        computation (integer τ, so the arrivals repeat every H = lcm τ_i), q_i ∝ the mean step of
-        worker i's arrivals over one period divided by τ_i. None where τ alone does not determine
-        the staleness (non-integer τ)."""
+    def mean_steps(self, rule, gamma: float, taus) -> Optional[np.ndarray]:
+        """The mean step of each worker's arrivals in the long run under fixed computation: γ_i for
+        τ-only rules; for delay-dependent rules (integer τ, so the arrivals repeat every
+        H = lcm τ_i) the mean over one period of its arrivals' steps. None where τ alone does not
+        determine the staleness (non-integer τ)."""
         t = np.asarray(taus, dtype=np.float64)
         if is_tau_only(rule):
-            return self.implicit_weights(self.tau_steps(rule, gamma, t), t)
+            return self.tau_steps(rule, gamma, t)
         if np.any(t != np.round(t)):
             return None
         key = (rule, float(gamma), tuple(t), self.staleness_in)
@@ -166,7 +166,36 @@ class Theory:
             _, workers, _ = _orbit._event_arrays(t)
             steps = self.event_steps(rule, gamma, t, workers, self.period_staleness(workers, t))
             _MEAN_STEPS[key] = np.bincount(workers, weights=steps, minlength=t.size) / np.bincount(workers, minlength=t.size)
-        return self.implicit_weights(_MEAN_STEPS[key], t)
+        return _MEAN_STEPS[key]
+
+    def closed_form_weights(self, rule, gamma: float, taus) -> Optional[np.ndarray]:
+        """q from τ alone, q_i ∝ (mean step of worker i's arrivals)/τ_i (:meth:`mean_steps`): for
+        τ-only rules q ∝ γ_i/τ_i; for delay-dependent rules under fixed computation the mean is
+        over one hyperperiod's steady staleness. None where τ alone does not fix the staleness."""
+        mean = self.mean_steps(rule, gamma, taus)
+        return None if mean is None else self.implicit_weights(mean, np.asarray(taus, dtype=np.float64))
+
+    def window_steps(self, rule, gamma: float, taus, start: float, end: float) -> tuple[np.ndarray, np.ndarray]:
+        """(mean step, number) of each worker's arrivals in the time window [start, end] of a run
+        under fixed computation that begins at 0 with every worker handed the initial model, from
+        τ alone: the arrivals k τ_i (ties to the lower worker index) and their staleness from the
+        start. For schedules whose period is too long for a window to average over, or that have
+        none (irrational τ)."""
+        t = np.asarray(taus, dtype=np.float64)
+        times = np.concatenate([np.arange(1, int(end // tau) + 1) * tau for tau in t])
+        workers = np.concatenate([np.full(int(end // tau), i) for i, tau in enumerate(t)])
+        order = np.lexsort((workers, times))
+        times, workers = times[order], workers[order]
+        steps = self.event_steps(rule, gamma, t, workers, self.run_staleness(workers, times))
+        inside = times >= start
+        counts = np.bincount(workers[inside], minlength=t.size).astype(np.float64)
+        return np.bincount(workers[inside], weights=steps[inside], minlength=t.size) / np.maximum(counts, 1), counts
+
+    def window_weights(self, rule, gamma: float, taus, start: float, end: float) -> np.ndarray:
+        """q over the window [start, end] (:meth:`window_steps`): mean steps over the window's
+        arrival intervals (end − start)/count_i."""
+        mean, counts = self.window_steps(rule, gamma, taus, start, end)
+        return self.implicit_weights(mean, (end - start) / np.maximum(counts, 1))
 
     def frequency_weights(self, taus) -> np.ndarray:
         """Vanilla ASGD's weights p."""

@@ -53,9 +53,10 @@ def test_verify_passes_and_writes_every_check(verified):
         assert len(fixed) == len(ALGORITHMS)
         for r in fixed:
             entry = ALGORITHMS[r["algorithm"]]
+            modelled = entry.exact_arrival_map and (entry.rule is not None or entry.event_steps_fn is not None)
             assert r["schedule_based"] == (entry.event_steps_fn is not None)
             assert ("exact periodic orbit" in r["tolerance_from"]) == entry.has_cycle_map
-            modelled = entry.exact_arrival_map and (entry.rule is not None or entry.event_steps_fn is not None)
+            assert r["quantity"].startswith("fixed point ‖x̄ − (x_q + δ_γ)‖") == modelled
             assert ("(cap)" in r["tolerance_from"]) == (not modelled)
             assert ("replayed along the run's events" in r["tolerance_from"]) == (modelled and entry.rule is None)
         # clipped ASGD: its limit is checked where clipping is active
@@ -63,7 +64,7 @@ def test_verify_passes_and_writes_every_check(verified):
         assert "clipping active for workers" in clip["tolerance_from"]
     # the weight rows: every rule with a closed form, delay-dependent ones included
     weights = {r["algorithm"] for r in rows if r["scenario"] == "tau-i2" and r["quantity"].startswith("weight")}
-    assert weights == {n for n, e in ALGORITHMS.items() if e.rule is not None and e.closed_form}
+    assert weights == {n for n, e in ALGORITHMS.items() if e.rule is not None and e.closed_form and e.clip is None}
     assert {"delay_adaptive_asgd", "staleness_aware_asgd"} <= weights
     k = sum(r["independent"] for r in rows)
     s = sum(r["schedule_based"] for r in rows)
@@ -98,21 +99,22 @@ def test_every_mutant_is_caught(verified):
     caught = report["mutants"]
     assert any("noise floor" in c for c in caught["noise-floor-x2"]["caught_by"])
     assert all("floor ratio" in c for c in caught["floor-ratio-max-min"]["caught_by"])
-    assert all("cycle map" in c for c in caught["orbit-wrong-order"]["caught_by"])
+    assert any("cycle map" in c for c in caught["orbit-wrong-order"]["caught_by"])
     assert all(c.startswith(("toy-1d/clipped", "tau-i2/clipped")) for c in caught["clipping-ignored"]["caught_by"])
     assert all("weight q" in c for c in caught["weights-unnormalised"]["caught_by"])
 
 
 def test_synthetic_two_percent_method_is_told_apart(verified):
     """A method settling at x* + 0.02 (x_p − x*) fails the fixed-point check wherever its tolerance
-    is below the shift less Rescaled's own measured error (the triangle inequality's guarantee)."""
+    is below the shift less Rescaled's own measured error (the triangle inequality's guarantee);
+    with theory's finite-step offset subtracted, Rescaled's tolerance is far below the shift."""
     _, _, out = verified
     synthetic = json.loads((out / "summary.json").read_text())["synthetic_2_percent"]
     assert set(synthetic) == {"toy-1d", "tau-i2"}
     for name, s in synthetic.items():
         if s["tolerance"] < s["shift"] - s["own_error"]:
             assert s["caught"], name
-    assert all(s["caught"] for s in synthetic.values())
+    assert all(s["caught"] and s["tolerance"] < 0.5 * s["shift"] for s in synthetic.values())
 
 
 def test_a_mutant_no_check_sees_makes_verify_fail():
