@@ -21,8 +21,9 @@ Per scenario and registered algorithm:
 * **weight of the slowest worker**, measured step-mass share against the closed form, tolerance
   from the arrivals a finite run can count differently (its ends and the first staleness).
 
-With random durations, the closed forms take the arrival rates from the durations' own means
-(an input, like τ), since over a finite window the renewal counts move x_q by more than the cap.
+With random durations the τ-only rules' weights take the realised arrival rates, so those rows
+are schedule-based too: over a finite window the renewal counts move x_q by more than a fixed-
+point tolerance (0.6% of the bias in ``exponential``).
 
 Plus the ``cycle-map`` scenario: at a finite step, σ = 0 and integer τ, every exact per-arrival
 rule's orbit average against the periodic orbit of the composed affine maps, built by theory from
@@ -55,6 +56,7 @@ AVERAGE_FROM = 0.5  # the measured fixed point averages the second half of simul
 FIXED_POINT_CAP = 0.02  # fraction of the vanilla bias ‖x_p − x*‖ no model-based tolerance exceeds unnoticed
 MC_STANDARD_ERRORS = 6.0  # the Monte Carlo part of a tolerance, in standard errors (8 batch means: a t₇ quantile)
 MC_BATCHES = 8  # batch means of the tail average (each batch spans several correlation times)
+REPLAY_PASSES = 12  # at most, for the replays at γ/2, γ/4, γ/8 to settle
 MAX_PERIOD_EVENTS = 5000  # periodic schedules with longer hyperperiods are replayed instead
 SYNTHETIC_SHIFT = 0.02  # the synthetic method of --mutants settles at x* + 0.02 (x_p − x*)
 
@@ -277,7 +279,7 @@ class FiniteStep:
 
 
 def _sensitivity(A, b, q, x) -> np.ndarray:
-    """‖∂x_q/∂q_i‖ = ‖(Σ_j q_j A_j)^{-1} A_i (b_i − x_q)‖ (q normalised; first order), at x."""
+    """‖∂x_q/∂q_i‖ = ‖(Σ_j q_j A_j)^{-1} A_i (b_i − x)‖ at x (q normalised; first order)."""
     A = np.asarray(A, dtype=np.float64)
     dense = A if A.ndim == 3 else np.stack([np.diag(a) for a in A])
     q = np.asarray(q, dtype=np.float64) / np.sum(q)
@@ -352,53 +354,70 @@ def _finite_step(m: Measured, entry: AlgorithmEntry, th: theory.Theory, x_q, q, 
             def replay():
                 first, state = orbit_lib.replayed_averages(A, b, problem.x0, schedule.finish, schedule.worker,
                                                            schedule.end_time, steps, average_from=AVERAGE_FROM)
-                # smaller steps mix more slowly: run them once more over the events, from where they ended
-                again, _ = orbit_lib.replayed_averages(A, b, None, schedule.finish, schedule.worker, schedule.end_time,
-                                                       steps[1:], average_from=AVERAGE_FROM,
-                                                       start=(state[0][1:], state[1][1:]))
+                # Smaller steps mix more slowly: replay them over the events again, from where they
+                # ended, until their averages settle (to 1% of the γ-to-γ/2 difference).
+                start, previous, change = (state[0][1:], state[1][1:]), first[1:], np.inf
+                settle = 0.01 * float(np.linalg.norm(first[0] - first[1]))
+                for _ in range(REPLAY_PASSES):
+                    again, end = orbit_lib.replayed_averages(A, b, None, schedule.finish, schedule.worker,
+                                                             schedule.end_time, steps[1:], average_from=AVERAGE_FROM,
+                                                             start=start)
+                    change = float(np.max(np.linalg.norm(again - previous, axis=1)))
+                    start, previous = end, again
+                    if change <= settle:
+                        break
                 est = orbit_lib.richardson([first[0], again[0], again[1]])
-                # Along an aperiodic or random event list the averages are not smooth in γ to all
-                # orders (the realised rates fluctuate on the scale of a mixing time, which grows as
-                # γ shrinks): the uncertainty is also the disagreement with the extrapolation one
-                # halving further down, from γ/2, γ/4, γ/8.
+                # Along an aperiodic or random event list the averages need not be smooth in γ to
+                # all orders: the uncertainty is also the disagreement with the extrapolation one
+                # halving further down (γ/2, γ/4, γ/8), and what the last pass still changed.
                 lower = orbit_lib.richardson([again[0], again[1], again[2]])
                 spread = float(np.linalg.norm(est.limit - lower.limit))
-                return first[0], dataclasses.replace(est, uncertainty=max(est.uncertainty, spread))
+                return first[0], dataclasses.replace(est, uncertainty=max(est.uncertainty, spread, change))
 
             average, est = memo.get(("replay", m.name, _digest(steps, A, b)), replay)
             offset = average - est.limit
-            # The replay's limit is that of this finite list of events, whose step mass in the
-            # window differs from the rates q was computed for by about one arrival at each end:
-            # a relative change of q_i by at most 2 (largest step)/(step mass) of worker i in the
-            # window. First-order effect, Σ_i |δq_i| ‖∂x_q/∂q_i‖, at the limit:
+            # The window holds a whole number of neither periods nor arrivals: q, the step mass of
+            # the window's arrivals, can differ from the shares the dynamics settle on by about
+            # one arrival of each worker at each end. Bounded to first order with the model's own
+            # window shares q̂ (not the q under test): Σ_i 2 (largest step_i/mass_i) q̂_i ‖∂x/∂q_i‖.
             window = schedule.delivered & (schedule.finish >= t0)
             mass = np.bincount(schedule.worker[window], weights=base[window], minlength=taus.size)
             largest = np.zeros(taus.size)
             np.maximum.at(largest, schedule.worker[window], base[window])
-            qn = np.asarray(q, dtype=np.float64) / np.sum(q)
-            sens = _sensitivity(A, b, qn, est.limit)
-            ends = float(np.sum(np.where(mass > 0, 2 * qn * largest / np.where(mass > 0, mass, 1.0), 0.0) * sens))
+            own = mass / mass.sum()
+            relative = np.where(mass > 0, 2 * largest / np.where(mass > 0, mass, 1.0), 0.0)
+            ends = float(np.sum(relative * own * _sensitivity(A, b, own, est.limit)))
             value = 2 * est.uncertainty + ends + mc + floor
             basis = (f"δ_γ ({est.offset:.2g}, {_share(est.offset, bias)}) of the exact dynamics{where} replayed "
                      f"along the run's events at γ, γ/2, γ/4 (γ/8); tolerance: 2 × Richardson uncertainty "
                      f"{est.uncertainty:.1g} + window ends {ends:.1g}{mc_note}")
     except (ValueError, np.linalg.LinAlgError) as err:  # e.g. a (wrong) theory whose orbit does not contract
         return FiniteStep(None, Tolerance(float("nan"), f"the theory's finite-step model failed: {err}"))
-    if value > cap:  # never wider than the cap: a tolerance that could hide 2% of the bias is no check
-        value, basis = cap, basis + f"; capped at {FIXED_POINT_CAP:.0%} of the bias"
+    if value - mc > cap:  # the model cannot say more than the cap: check x_q against the cap instead
+        return FiniteStep(None, Tolerance(cap + mc, f"{FIXED_POINT_CAP:.0%} of the bias (cap): theory's finite-step "
+                                                    f"model did not converge ({basis}){mc_note}"))
     return FiniteStep(offset, Tolerance(value, basis))
 
 
 def _weight_tolerance(m: Measured, entry: AlgorithmEntry, th: theory.Theory, q: np.ndarray, worker: int,
-                      run: Run, closed_form: bool) -> Tolerance:
+                      run: Run, basis: str) -> Tolerance:
     """How far a finite run's step-mass share can sit from the closed form: each worker's count
     of arrivals can differ from T/τ_i by its last, unfinished job, and (delay-dependent rules) its
     arrivals in the first 2τ_max, before the staleness settles, each charged the largest step an
-    arrival can get; relative to the total step mass theory predicts for the run. (With random
-    durations the closed form's rates are the durations' own means, so the count differs by the
-    ends only.) A schedule-based prediction replays the run's own events: float rounding only."""
-    if not closed_form:
-        return Tolerance(1e-9 * q[worker], "float64 rounding: the prediction replays the run's events")
+    arrival can get; relative to the total step mass theory predicts for the run. A prediction that
+    counts the run's own arrivals (schedule-based, or generated from τ) differs by float rounding."""
+    if basis != "closed form":  # the prediction counts the run's arrivals (or generates them from τ)
+        steps = entry.event_steps(run.stepsize, m.schedule) if entry.rule is None else None
+        largest = np.full(q.size, run.stepsize) if steps is None else np.array(
+            [steps[m.schedule.worker == i].max(initial=0.0) for i in range(q.size)])
+        if entry.rule is not None and theory.model.is_tau_only(entry.rule):
+            largest = th.tau_steps(entry.rule, run.stepsize, m.schedule.mean_durations)
+        c = 2 * largest  # one arrival of each worker at each end of the run
+        total = float(run.mass.sum()) if basis == "schedule-based" else float(np.sum(
+            np.prod(th.window_steps(entry.rule, run.stepsize, m.schedule.mean_durations, 0.0, m.schedule.end_time),
+                    axis=0)))
+        value = float((c[worker] + q[worker] * c.sum()) / max(total - c.sum(), 1e-300))
+        return Tolerance(value, f"an arrival of each worker at each end ({value / q[worker]:.2%} of the prediction)")
     schedule = m.schedule
     taus = schedule.mean_durations
     T = schedule.end_time
@@ -408,13 +427,7 @@ def _weight_tolerance(m: Measured, entry: AlgorithmEntry, th: theory.Theory, q: 
     slack = np.ones(taus.size)
     if not tau_only:
         slack += 2 * taus.max() / taus + 1
-    if not _fixed_computation(schedule):  # random durations: the rates are the durations' own means
-        total = float(np.sum(T / _mean_durations(schedule, 0.0, T) * gamma_max))
-    elif tau_only or _periodic_taus(schedule) is not None:
-        total = float(np.sum(T / taus * th.mean_steps(entry.rule, run.stepsize, taus)))
-    else:
-        mean, counts = th.window_steps(entry.rule, run.stepsize, taus, 0.0, T)
-        total = float(np.sum(mean * counts))
+    total = float(np.sum(T / taus * th.mean_steps(entry.rule, run.stepsize, taus)))
     c = slack * gamma_max
     value = float((c[worker] + q[worker] * c.sum()) / max(total - c.sum(), 1e-300))
     return Tolerance(value, f"arrivals a finite run counts differently ({value / q[worker]:.2%} of the prediction)")
@@ -430,25 +443,26 @@ def _mean_durations(schedule, start: float, end: float) -> np.ndarray:
 
 
 def _closed_form_q(entry: AlgorithmEntry, th: theory.Theory, gamma: float, schedule,
-                   window: tuple[float, float]) -> Optional[np.ndarray]:
-    """q from τ alone, where the theory gives it for this schedule (None: read it off the
-    schedule). Delay-dependent rules need fixed computation: the period's steady staleness where
-    the period is short, else the arrivals of ``window`` generated from τ."""
+                   window: tuple[float, float]) -> tuple[Optional[np.ndarray], str]:
+    """(q, how it was obtained): "closed form" where theory gives q from τ alone for this schedule,
+    "generated from τ" for delay-dependent rules under fixed computation whose period is too long
+    (the window's arrivals generated from τ), "schedule-based" where it must be read off the
+    realised schedule (random durations; methods with their own server clock), with q None for
+    the caller to read."""
     taus = schedule.mean_durations
     if entry.rule is not None:
-        fixed = _fixed_computation(schedule)
-        if theory.model.is_tau_only(entry.rule) and not fixed:
-            # random durations: the rule's steps use the nominal τ_i, the arrival rates the
-            # durations' own mean over the window (a property of the input, like τ)
-            return th.implicit_weights(th.tau_steps(entry.rule, gamma, taus), _mean_durations(schedule, *window))
+        if not _fixed_computation(schedule):
+            if theory.model.is_tau_only(entry.rule):
+                # the rule's steps use the nominal τ_i; the arrival rates are the realised ones
+                rates = _mean_durations(schedule, *window)
+                return th.implicit_weights(th.tau_steps(entry.rule, gamma, taus), rates), "schedule-based"
+            return None, "schedule-based"  # random durations: the staleness is not a function of τ
         if theory.model.is_tau_only(entry.rule) or _periodic_taus(schedule) is not None:
-            return th.closed_form_weights(entry.rule, gamma, taus)
-        if not fixed:
-            return None  # random durations: the staleness, so the steps, are not a function of τ
-        return th.window_weights(entry.rule, gamma, taus, *window)
+            return th.closed_form_weights(entry.rule, gamma, taus), "closed form"
+        return th.window_weights(entry.rule, gamma, taus, *window), "generated from τ"
     if entry.weights_fn is not None:  # the table methods: unbiased, q uniform
-        return np.full(len(taus), 1.0 / len(taus))
-    return None
+        return np.full(len(taus), 1.0 / len(taus)), "closed form"
+    return None, "schedule-based"
 
 
 def _bias(m: Measured, th: theory.Theory) -> tuple[float, np.ndarray, np.ndarray]:
@@ -477,10 +491,9 @@ def check_scenario(m: Measured, th: theory.Theory = theory.PAPER, memo: Optional
     for name, run in m.runs.items():
         entry = m.entries[name]
         T = m.schedule.end_time
-        q = _closed_form_q(entry, th, run.stepsize, m.schedule, (AVERAGE_FROM * T, T))
-        basis = "closed form"
+        q, basis = _closed_form_q(entry, th, run.stepsize, m.schedule, (AVERAGE_FROM * T, T))
         if q is None:
-            q, basis = run.schedule_weights, "schedule-based"
+            q = run.schedule_weights
         x_q = _safe(th.limit, m.problem, q, clip=entry.clip)
         x_q = np.full_like(x_star, np.nan) if x_q is None else x_q
         note = ""
@@ -503,16 +516,15 @@ def check_scenario(m: Measured, th: theory.Theory = theory.PAPER, memo: Optional
             synthetic[m.name] = {"error": error, "tolerance": fs.tolerance.value, "caught": not error <= fs.tolerance.value,
                                  "shift": SYNTHETIC_SHIFT * bias, "own_error": float(np.linalg.norm(run.point - predicted))}
         if entry.rule is not None and entry.closed_form and entry.clip is None and run.mass is not None:
-            closed = _closed_form_q(entry, th, run.stepsize, m.schedule, (0.0, T))
-            row_basis = "closed form"
+            closed, row_basis = _closed_form_q(entry, th, run.stepsize, m.schedule, (0.0, T))
             if closed is None:
-                closed, row_basis = entry.predicted_weights(run.stepsize, m.schedule), "schedule-based"
-            wt = _weight_tolerance(m, entry, th, closed, slowest, run, row_basis == "closed form")
+                closed = entry.predicted_weights(run.stepsize, m.schedule)
+            wt = _weight_tolerance(m, entry, th, closed, slowest, run, row_basis)
             q_hat = run.mass / run.mass.sum()
             checks.append(theory.Check(
-                m.name, name, f"weight q of slowest worker ({slowest})" + (" (schedule-based)" if row_basis != "closed form" else ""),
+                m.name, name, f"weight q of slowest worker ({slowest})" + ("" if row_basis == "closed form" else f" ({row_basis})"),
                 float(closed[slowest]), float(q_hat[slowest]), wt.value, wt.basis,
-                schedule_based=row_basis != "closed form"))
+                schedule_based=row_basis == "schedule-based"))
     return checks
 
 

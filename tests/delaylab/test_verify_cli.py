@@ -181,3 +181,23 @@ def test_a_new_methods_step_rule_gets_the_same_theory_as_a_named_one():
                           theory.PAPER.periodic_orbit(A, b, taus, "staleness_aware", 0.05).average)
     with pytest.raises(ValueError, match="exactly one of"):
         theory.StepRule("both", tau_steps=len, delay_step=len)
+
+
+def test_aperiodic_schedule_goes_through_the_replay_and_can_fail():
+    """τ = (1, √2, √3): no period, so theory replays the run's events for δ_γ. The published theory
+    passes; a wrong one (weights ∝ 1/τ²) fails the same rows. Small, so the path runs in seconds."""
+    import jax
+
+    import sim
+
+    jax.config.update("jax_enable_x64", True)
+    sc = scenarios.Scenario("aperiodic", "τ = (1, √2, √3), n = 3, d = 2",
+                            lambda: sim.problems.random_quadratic(3, 2, condition=3.0, spread=2.0, seed=11),
+                            lambda: sim.schedules.fixed_computation(np.sqrt([1.0, 2.0, 3.0]), num_events=6000), 0.01)
+    m = verify.measure_scenario(sc, algorithms={k: ALGORITHMS[k] for k in ("asgd", "ringmaster_asgd")})
+    checks = verify.check_scenario(m)
+    fixed = [c for c in checks if c.quantity.startswith("fixed point")]
+    assert len(fixed) == 2 and all(c.passed for c in checks)
+    assert all("replayed along the run's events" in c.tolerance_from for c in fixed)
+    wrong = verify.check_scenario(m, mutants.MUTANTS[0].theory)
+    assert not next(c for c in wrong if c.algorithm == "asgd" and c.quantity.startswith("fixed point")).passed
