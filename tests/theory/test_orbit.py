@@ -22,12 +22,16 @@ def test_one_worker_orbit_is_its_minimiser():
     np.testing.assert_allclose(orb.average, b[0], rtol=1e-12)
 
 
-def test_orbit_matches_long_heap_simulation():
-    rng = np.random.default_rng(0)
-    n, d = 3, 2
+def _dense_quadratic(seed, n=3, d=2):
+    """Random dense curvatures A_i = M Mᵀ + I and minimisers b_i."""
+    rng = np.random.default_rng(seed)
     M = rng.standard_normal((n, d, d))
-    A = M @ np.swapaxes(M, 1, 2) + np.eye(d)
-    b = rng.standard_normal((n, d))
+    return M @ np.swapaxes(M, 1, 2) + np.eye(d), rng.standard_normal((n, d))
+
+
+def test_orbit_matches_long_heap_simulation():
+    n, d = 3, 2
+    A, b = _dense_quadratic(0, n, d)
     taus = np.array([1.0, 2.0, 4.0])
     step = lambda i, st: 0.05 / max(1, st)  # staleness-dependent: exercises the steady staleness
     orb = theory.periodic_orbit(A, b, taus, step)
@@ -90,11 +94,8 @@ def test_replay_over_whole_periods_equals_the_orbit():
     at once."""
     from theory.orbit import _event_arrays, cyclic_staleness, replayed_averages
 
-    rng = np.random.default_rng(2)
-    n, d = 3, 2
-    M = rng.standard_normal((n, d, d))
-    A = M @ np.swapaxes(M, 1, 2) + np.eye(d)
-    b = rng.standard_normal((n, d))
+    d = 2
+    A, b = _dense_quadratic(2, 3, d)
     taus = np.array([1.0, 2.0, 3.0])
     steps = {g: (lambda i, st, g=g: g / max(1, st)) for g in (0.05, 0.02)}
     orbits = {g: theory.periodic_orbit(A, b, taus, s) for g, s in steps.items()}
