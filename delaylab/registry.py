@@ -15,7 +15,6 @@ import numpy as np
 
 import algos
 import theory
-
 from sim.schedules import Schedule
 from theory.model import is_tau_only
 
@@ -59,7 +58,7 @@ class AlgorithmEntry:
         return self.rule is not None and self.exact_arrival_map
 
     def step(self, stepsize: float, taus, n: int) -> StepOf:
-        """The rule as a plain function of (worker, staleness), from theory (None: no rule)."""
+        """The rule as a plain function of (worker, staleness), from theory (for entries with a rule)."""
         return theory.PAPER.step_rule(self.rule, stepsize, taus, n)
 
     def closed_form_steps(self, stepsize: float, taus) -> Optional[np.ndarray]:
@@ -73,7 +72,7 @@ class AlgorithmEntry:
         if self.event_steps_fn is not None:
             return self.event_steps_fn(stepsize, schedule)
         return theory.PAPER.event_steps(self.rule, stepsize, schedule.mean_durations, schedule.worker,
-                                              schedule.staleness)
+                                        schedule.staleness)
 
     def predicted_weights(self, stepsize: float, schedule: Schedule, *, from_time: float = 0.0) -> np.ndarray:
         """q_i ∝ step mass of worker i's delivered arrivals finishing at or after ``from_time``,

@@ -88,7 +88,7 @@ class Theory:
 
     # --- the step rules -------------------------------------------------------------------------
 
-    def tau_steps(self, rule: str, gamma: float, taus) -> np.ndarray:
+    def tau_steps(self, rule, gamma: float, taus) -> np.ndarray:
         """γ_i of a rule whose step depends on τ only."""
         t = np.asarray(taus, dtype=np.float64)
         if isinstance(rule, StepRule) and rule.tau_steps is not None:
@@ -101,7 +101,7 @@ class Theory:
             return gamma * _w.harmonic_mean(t) / t
         raise ValueError(f"{rule!r} is not a τ-only rule; those are {TAU_ONLY_RULES}")
 
-    def step_rule(self, rule: str, gamma: float, taus, n: int) -> StepOf:
+    def step_rule(self, rule, gamma: float, taus, n: int) -> StepOf:
         """The rule as a function of (worker, staleness)."""
         if isinstance(rule, StepRule) and rule.delay_step is not None:
             return lambda worker, staleness: float(rule.delay_step(gamma, n, np.float64(staleness)))
@@ -114,7 +114,7 @@ class Theory:
             return lambda worker, staleness: gamma / max(1, staleness)
         raise ValueError(f"unknown step rule {rule!r}; known: {RULES}")
 
-    def event_steps(self, rule: str, gamma: float, taus, workers, staleness) -> np.ndarray:
+    def event_steps(self, rule, gamma: float, taus, workers, staleness) -> np.ndarray:
         """γ of each arrival, given its worker and staleness (arrays)."""
         workers = np.asarray(workers, dtype=np.int64)
         s = np.asarray(staleness, dtype=np.float64)
@@ -138,7 +138,8 @@ class Theory:
         return np.asarray(taus, dtype=np.float64)[np.asarray(workers)]  # time since the model was handed
 
     def run_staleness(self, workers, finish) -> np.ndarray:
-        """Staleness of each arrival of an event list that starts with every worker idle-free."""
+        """Staleness of each arrival of an event list in which every worker is handed the initial
+        model at time 0 and a new one at each of its arrivals."""
         if self.staleness_in == "updates":
             return _orbit.arrival_staleness(workers)
         workers = np.asarray(workers, dtype=np.int64)
@@ -215,7 +216,7 @@ class Theory:
 
     # --- the finite-step orbit and the noise floor -------------------------------------------------
 
-    def periodic_orbit(self, A, b, taus, rule: str, gamma: float) -> _orbit.Orbit:
+    def periodic_orbit(self, A, b, taus, rule, gamma: float) -> _orbit.Orbit:
         return _orbit.periodic_orbit(A, b, taus, self.step_rule(rule, gamma, taus, len(taus)),
                                      staleness=self.period_staleness, compose=self.compose)
 
