@@ -10,6 +10,7 @@ Built in here: heterogeneous quadratics and logistic regression on data split ac
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, Optional
 
 import jax
@@ -92,6 +93,20 @@ class Problem:
         x0 = self.minimiser if self.minimiser is not None else np.asarray(self.x0, dtype=np.float64)
         return weighted_minimiser(self.local_derivatives, weights, x0)
 
+    def weighted_gradient(self, params, weights) -> PyTree:
+        """∇(Σ_i q_i F_i)(params) with q = ``weights`` normalised, from the full local objectives.
+
+        Zero where ``params`` is stationary for the q-weighted objective: with q the frequency
+        weights p, where vanilla ASGD is predicted to settle (specs/asgd.md §2.2); with q uniform,
+        ∇F. Works for any problem, networks included (one compiled program per problem's
+        functions and shapes)."""
+        q = np.asarray(weights, dtype=np.float64)
+        if q.shape != (self.num_workers,) or not np.all(np.isfinite(q)) or np.any(q < 0) or not q.sum() > 0:
+            raise ValueError(f"weights must be {self.num_workers} finite non-negative numbers, not all zero; got {q}")
+        leaves = jax.tree.leaves(self.x0)
+        dt = leaves[0].dtype if leaves else jnp.asarray(0.0).dtype
+        return _weighted_gradient(self.fns, self.data, params, jnp.asarray(q / q.sum(), dt))
+
     def derivatives(self, x) -> tuple[np.ndarray, np.ndarray]:
         """(G [n, d], H [n, d, d]): every worker's exact gradient and Hessian at ``x`` (float64)."""
         x = np.asarray(x, dtype=np.float64)
@@ -103,6 +118,11 @@ class Problem:
         if self.local_derivatives is None:
             raise NotImplementedError(f"{self.name}: no local derivatives available")
         return self.local_derivatives(x)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _weighted_gradient(fns: ProblemFns, data, params, weights):
+    return jax.grad(lambda p: jnp.dot(weights, fns.local_objectives(data, p)))(params)
 
 
 def sample_indices(key, count: int, size: int) -> jax.Array:
