@@ -237,6 +237,36 @@ def split_dirichlet(labels, num_workers: int, alpha: float, *, seed: int = 0) ->
     return out[rng.permutation(num_workers)]
 
 
+def split_by_group(labels, groups, *, seed: int = 0) -> np.ndarray:
+    """[n, m]: worker i's shard drawn (without replacement, equal sizes) from the classes of its
+    group, ``groups[i]`` (a list of classes per worker). Workers of one group share its classes'
+    examples evenly. For splits where speed and data are correlated: give the fast workers a
+    subset of the classes and the slow ones the rest."""
+    labels = np.asarray(labels)
+    groups = [tuple(sorted(int(c) for c in g)) for g in groups]
+    if not groups or any(not g for g in groups):
+        raise ValueError("groups must give every worker a non-empty list of classes")
+    rng = np.random.default_rng(seed)
+    members = {}
+    for i, g in enumerate(groups):
+        members.setdefault(g, []).append(i)
+    if len({c for g in members for c in g}) != sum(len(g) for g in members):
+        raise ValueError(f"distinct groups must not share classes; got {sorted(members)}")
+    sizes = []
+    for g, workers in members.items():
+        pool = np.flatnonzero(np.isin(labels, g))
+        sizes.append(len(pool) // len(workers))
+    m = min(sizes)
+    if m < 1:
+        raise ValueError("some group has fewer examples than workers")
+    out = np.empty((len(groups), m), dtype=np.int64)
+    for g, workers in members.items():
+        pool = rng.permutation(np.flatnonzero(np.isin(labels, g)))
+        for k, w in enumerate(workers):
+            out[w] = pool[k * m:(k + 1) * m]
+    return out
+
+
 def split_overlap(labels, num_workers: int, ratio: float, *, seed: int = 0) -> np.ndarray:
     """[n, m]: every worker holds a common subset O with |O| = round(r·N) plus its own disjoint
     part of the rest (equal parts, remainder dropped): the overlapping split of the DEAHES-O paper

@@ -75,7 +75,8 @@ def mlp_classifier(images, labels, *, num_workers: int, split: str = "dirichlet"
 
     Args:
       images: [N, ...] inputs (flattened inside the model); labels: [N] integer classes.
-      split: "iid", "label" (sorted contiguous shards) or "dirichlet" (α per worker, equal sizes).
+      split: "iid", "label" (sorted contiguous shards), "dirichlet" (α per worker, equal sizes), or
+        the shards themselves, [n, m] indices (``sim.data.split_by_group``).
       hidden: width of the hidden layer. batch_size: examples per stochastic gradient (None:
         the whole shard). seed: seeds the split, and the initial parameters unless ``init_seed``
         is given (then the two are independent sources).
@@ -86,14 +87,20 @@ def mlp_classifier(images, labels, *, num_workers: int, split: str = "dirichlet"
     y = np.asarray(labels).astype(np.int32)
     if X.shape[0] != y.shape[0]:
         raise ValueError(f"images and labels must have the same length; got {X.shape[0]} and {y.shape[0]}")
-    if split == "iid":
+    if not isinstance(split, str):  # precomputed shards, [n, m] indices (e.g. sim.data.split_by_group)
+        idx = np.asarray(split)
+        if idx.ndim != 2 or idx.shape[0] != num_workers or not np.issubdtype(idx.dtype, np.integer) \
+                or idx.min() < 0 or idx.max() >= len(y):
+            raise ValueError(f"split given as shards must be [{num_workers}, m] indices into the {len(y)} examples; "
+                             f"got an array of shape {idx.shape}")
+    elif split == "iid":
         idx = data_lib.split_iid(y, num_workers, seed=seed)
     elif split == "label":
         idx = data_lib.split_by_label(y, num_workers)
     elif split == "dirichlet":
         idx = data_lib.split_dirichlet(y, num_workers, alpha, seed=seed)
     else:
-        raise ValueError(f"split must be 'iid', 'label' or 'dirichlet'; got {split!r}")
+        raise ValueError(f"split must be 'iid', 'label', 'dirichlet' or [n, m] shard indices; got {split!r}")
     if batch_size is not None and (int(batch_size) != batch_size or batch_size < 1):
         raise ValueError(f"batch_size must be a positive integer or None; got {batch_size!r}")
     classes = int(y.max()) + 1
@@ -115,7 +122,8 @@ def mlp_classifier(images, labels, *, num_workers: int, split: str = "dirichlet"
         data.update(X_test=jnp.asarray(Xt, dt), y_test=jnp.asarray(yt))
         metrics = _TestAccuracy(module, len(yt), len(yt))
     return Problem(
-        name=f"mlp({X.shape[1:]}→{hidden}→{classes}, n={num_workers}, {split}, batch={batch_size})",
+        name=f"mlp({X.shape[1:]}→{hidden}→{classes}, n={num_workers}, "
+             f"{split if isinstance(split, str) else 'given shards'}, batch={batch_size})",
         num_workers=int(num_workers),
         fns=ProblemFns(_ValueAndGradOf(loss), _ShardLosses(module), loss=loss, metrics=metrics),
         data=data,

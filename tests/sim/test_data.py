@@ -154,3 +154,14 @@ def test_stratified_subset():
     np.testing.assert_array_equal(data.stratified_subset(y, 5000), np.arange(1000))
     with pytest.raises(ValueError, match="size must be a positive integer"):
         data.stratified_subset(y, 2.5)
+
+
+def test_split_by_group_gives_each_worker_only_its_groups_classes():
+    labels = np.repeat(np.arange(10), 30)
+    groups = [range(5)] * 4 + [range(5, 10)] * 4
+    idx = data.split_by_group(labels, groups, seed=3)
+    assert idx.shape == (8, 37) and len(np.unique(idx)) == idx.size  # equal, disjoint shards
+    for w in range(8):
+        assert set(labels[idx[w]]) <= set(groups[w])
+    with pytest.raises(ValueError, match="must not share classes"):
+        data.split_by_group(labels, [range(5), range(4, 10)])
