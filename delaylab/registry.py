@@ -57,6 +57,12 @@ class AlgorithmEntry:
     def has_cycle_map(self) -> bool:
         return self.rule is not None and self.exact_arrival_map
 
+    @property
+    def has_finite_step_model(self) -> bool:
+        """Whether theory models its finite-step dynamics: every arrival an exact affine map, with
+        steps from a rule or from its own clock (``event_steps_fn``)."""
+        return self.exact_arrival_map and (self.rule is not None or self.event_steps_fn is not None)
+
     def step(self, stepsize: float, taus, n: int) -> StepOf:
         """The rule as a plain function of (worker, staleness), from theory (for entries with a rule)."""
         return theory.PAPER.step_rule(self.rule, stepsize, taus, n)
@@ -87,11 +93,6 @@ class AlgorithmEntry:
     def limit(self, problem, weights: np.ndarray) -> np.ndarray:
         """The predicted limit point for step-mass weights ``weights``."""
         return theory.PAPER.limit(problem, weights, clip=self.clip)
-
-    def closed_form_weights(self, stepsize: float, taus) -> Optional[np.ndarray]:
-        if self.rule is None or not self.closed_form:
-            return None
-        return theory.PAPER.closed_form_weights(self.rule, stepsize, taus)
 
 
 RINGMASTER_THRESHOLD = 4  # R for the registered Ringmaster: discards some stragglers' gradients

@@ -310,8 +310,7 @@ def _finite_step(m: Measured, entry: AlgorithmEntry, th: theory.Theory, x_q, q, 
     floor = 1e-9 * max(1.0, float(np.linalg.norm(x_q)))
     mc = MC_STANDARD_ERRORS * run.standard_error
     mc_note = f" + {MC_STANDARD_ERRORS:g} SE of the tail average {mc:.1g}" if mc else ""
-    modelled = entry.exact_arrival_map and (entry.rule is not None or entry.event_steps_fn is not None)
-    if not modelled:
+    if not entry.has_finite_step_model:
         return FiniteStep(None, Tolerance(cap + mc, f"{FIXED_POINT_CAP:.0%} of the bias (cap): theory has no "
                                                     f"finite-step model of this method{mc_note}"))
     periodic = _periodic_taus(schedule) if entry.rule is not None else None
@@ -324,7 +323,7 @@ def _finite_step(m: Measured, entry: AlgorithmEntry, th: theory.Theory, x_q, q, 
             A, b = _linearised(problem, x_q)
             where = " of the problem linearised at x_q"
         if periodic is not None:
-            _, period_workers, _ = orbit_lib._event_arrays(periodic)
+            _, period_workers, _ = orbit_lib.hyperperiod_arrays(periodic)
             period_staleness = th.period_staleness(period_workers, periodic)
 
             def orbit_at(scale):

@@ -164,7 +164,7 @@ class Theory:
             return None
         key = (rule, float(gamma), tuple(t), self.staleness_in)
         if key not in _MEAN_STEPS:  # one period can hold millions of arrivals (τ = 1..16): computed once
-            _, workers, _ = _orbit._event_arrays(t)
+            _, workers, _ = _orbit.hyperperiod_arrays(t)
             steps = self.event_steps(rule, gamma, t, workers, self.period_staleness(workers, t))
             _MEAN_STEPS[key] = np.bincount(workers, weights=steps, minlength=t.size) / np.bincount(workers, minlength=t.size)
         return _MEAN_STEPS[key]
@@ -183,10 +183,7 @@ class Theory:
         start. For schedules whose period is too long for a window to average over, or that have
         none (irrational τ)."""
         t = np.asarray(taus, dtype=np.float64)
-        times = np.concatenate([np.arange(1, int(end // tau) + 1) * tau for tau in t])
-        workers = np.concatenate([np.full(int(end // tau), i) for i, tau in enumerate(t)])
-        order = np.lexsort((workers, times))
-        times, workers = times[order], workers[order]
+        times, workers = _orbit.arrivals(t, end)
         steps = self.event_steps(rule, gamma, t, workers, self.run_staleness(workers, times))
         inside = times >= start
         counts = np.bincount(workers[inside], minlength=t.size).astype(np.float64)

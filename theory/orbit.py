@@ -40,22 +40,30 @@ class Orbit:
     amplitude: float = 0.0
 
 
-def _event_arrays(taus) -> tuple[np.ndarray, np.ndarray, int]:
-    """(times, workers, H) of the arrivals in (0, H], ordered by time then worker index."""
+def arrivals(taus, end: float) -> tuple[np.ndarray, np.ndarray]:
+    """(times, workers) of fixed computation's arrivals k τ_i in (0, end], every worker starting
+    at 0, ordered by time then worker index (the tie rule of ``sim.schedules``)."""
+    t = np.asarray(taus, dtype=np.float64)
+    counts = [int(end // tau) for tau in t]
+    times = np.concatenate([np.arange(1, c + 1) * tau for tau, c in zip(t, counts)])
+    workers = np.concatenate([np.full(c, i) for i, c in enumerate(counts)])
+    order = np.lexsort((workers, times))
+    return times[order], workers[order]
+
+
+def hyperperiod_arrays(taus) -> tuple[np.ndarray, np.ndarray, int]:
+    """(times, workers, H) of the arrivals in (0, H], H = lcm τ_i, for positive integer τ."""
     t = np.asarray(taus, dtype=np.float64)
     if t.ndim != 1 or t.size == 0 or np.any(t <= 0) or np.any(t != np.round(t)):
         raise ValueError(f"the cycle map needs positive integer taus; got {t}")
-    ints = [int(v) for v in t]
-    H = math.lcm(*ints)
-    times = np.concatenate([np.arange(tau, H + 1, tau) for tau in ints])
-    workers = np.concatenate([np.full(H // tau, i) for i, tau in enumerate(ints)])
-    order = np.lexsort((workers, times))
-    return times[order], workers[order], H
+    H = math.lcm(*(int(v) for v in t))
+    times, workers = arrivals(t, H)
+    return times, workers, H
 
 
 def hyperperiod_events(taus) -> list[tuple[int, int]]:
     """(time, worker) of the arrivals in (0, H], ordered by time then worker index."""
-    times, workers, _ = _event_arrays(taus)
+    times, workers, _ = hyperperiod_arrays(taus)
     return [(int(t), int(i)) for t, i in zip(times, workers)]
 
 
@@ -66,20 +74,29 @@ def steady_staleness(events) -> list[int]:
     return [int(v) for v in cyclic_staleness(workers)]
 
 
-def cyclic_staleness(workers) -> np.ndarray:
-    """:func:`steady_staleness` for an array of the period's workers, in O(K log K)."""
+def _previous_arrival(workers, *, cyclic: bool) -> np.ndarray:
+    """For each arrival, the index of the same worker's previous one: for its first arrival,
+    its last one a period back (``cyclic``, index − K) or the start (−1)."""
     workers = np.asarray(workers, dtype=np.int64)
     K = workers.size
     index = np.arange(K)
     order = np.lexsort((index, workers))  # each worker's arrivals, in event order
     w, k = workers[order], index[order]
     previous = np.roll(k, 1)
-    first = np.r_[True, w[1:] != w[:-1]]  # a worker's first arrival: its previous is its last, one period back
-    last = np.r_[np.nonzero(first)[0][1:] - 1, K - 1]
-    previous[first] = k[last] - K
+    first = np.r_[True, w[1:] != w[:-1]]
+    if cyclic:
+        last = np.r_[np.nonzero(first)[0][1:] - 1, K - 1]
+        previous[first] = k[last] - K
+    else:
+        previous[first] = -1
     out = np.empty(K, dtype=np.int64)
-    out[k] = k - previous - 1
+    out[k] = previous
     return out
+
+
+def cyclic_staleness(workers) -> np.ndarray:
+    """:func:`steady_staleness` for an array of the period's workers, in O(K log K)."""
+    return np.arange(len(workers)) - _previous_arrival(workers, cyclic=True) - 1
 
 
 def periodic_orbit(A, b, taus, step: Callable[[int, int], float], *,
@@ -101,7 +118,7 @@ def periodic_orbit(A, b, taus, step: Callable[[int, int], float], *,
     n, d = b.shape
     if A.ndim == 2:
         A = np.stack([np.diag(a) for a in A])
-    times, workers, H = _event_arrays(taus)
+    times, workers, H = hyperperiod_arrays(taus)
     stale = (cyclic_staleness(workers) if staleness is None
              else staleness(workers, np.asarray(taus, dtype=np.float64)))
     if compose is None:
@@ -149,16 +166,7 @@ def periodic_orbit(A, b, taus, step: Callable[[int, int], float], *,
 def arrival_staleness(workers) -> np.ndarray:
     """Staleness in updates of each arrival of a run that starts with every worker handed the
     initial model: arrivals processed since the worker's previous arrival (or since the start)."""
-    workers = np.asarray(workers, dtype=np.int64)
-    K = workers.size
-    index = np.arange(K)
-    order = np.lexsort((index, workers))
-    w, k = workers[order], index[order]
-    previous = np.r_[-1, k[:-1]]
-    previous[np.r_[True, w[1:] != w[:-1]]] = -1  # first arrival: handed at the start
-    out = np.empty(K, dtype=np.int64)
-    out[k] = k - previous - 1
-    return out
+    return np.arange(len(workers)) - _previous_arrival(workers, cyclic=False) - 1
 
 
 @dataclasses.dataclass(frozen=True)

@@ -59,7 +59,7 @@ def test_verify_passes_and_writes_every_check(verified):
         assert len(fixed) == len(ALGORITHMS)
         for r in fixed:
             entry = ALGORITHMS[r["algorithm"]]
-            modelled = entry.exact_arrival_map and (entry.rule is not None or entry.event_steps_fn is not None)
+            modelled = entry.has_finite_step_model
             assert r["schedule_based"] == (entry.event_steps_fn is not None)
             assert ("exact periodic orbit" in r["tolerance_from"]) == entry.has_cycle_map
             assert r["quantity"].startswith("fixed point ‖x̄ − (x_q + δ_γ)‖") == modelled

@@ -92,18 +92,18 @@ def test_replay_over_whole_periods_equals_the_orbit():
     """The replayed dynamics (theory.orbit.replayed_averages), started at 0 and averaged over the
     second half of 400 whole hyperperiods, equals the periodic orbit's average; two step sequences
     at once."""
-    from theory.orbit import _event_arrays, cyclic_staleness, replayed_averages
+    from theory.orbit import cyclic_staleness, hyperperiod_arrays, replayed_averages
 
     d = 2
     A, b = _dense_quadratic(2, 3, d)
     taus = np.array([1.0, 2.0, 3.0])
     steps = {g: (lambda i, st, g=g: g / max(1, st)) for g in (0.05, 0.02)}
     orbits = {g: theory.periodic_orbit(A, b, taus, s) for g, s in steps.items()}
-    times, workers, H = _event_arrays(taus)
+    times, period_workers, H = hyperperiod_arrays(taus)
     periods = 400
     finish = np.concatenate([times + p * H for p in range(periods)]).astype(float)
-    workers = np.tile(workers, periods)
-    stale = np.tile(cyclic_staleness(_event_arrays(taus)[1]), periods)
+    workers = np.tile(period_workers, periods)
+    stale = np.tile(cyclic_staleness(period_workers), periods)
     seq = np.stack([[steps[g](0, s) for s in stale] for g in steps])
     avg, _ = replayed_averages(A, b, np.zeros(d), finish, workers, float(periods * H), seq, average_from=0.5)
     for row, g in zip(avg, steps):
@@ -119,3 +119,19 @@ def test_richardson_recovers_a_polynomial_limit():
     np.testing.assert_allclose(est.limit, x0, atol=1e-14)
     assert abs(est.offset - np.linalg.norm(xs[0] - x0)) < 1e-14
     assert est.uncertainty == pytest.approx(np.linalg.norm(c2) * 0.05 * 0.025, rel=1e-9)
+
+
+def test_arrivals_match_the_schedule_and_the_hyperperiod():
+    """theory.orbit.arrivals against sim.schedules.fixed_computation's own event list (times,
+    workers, tie order), for integer and irrational τ."""
+    import sim
+    from theory.orbit import arrivals, hyperperiod_arrays
+
+    for taus in ([1.0, 2.0, 3.0, 5.0], list(np.sqrt([1.0, 2.0, 3.0]))):
+        sched = sim.schedules.fixed_computation(taus, num_events=300)
+        times, workers = arrivals(taus, sched.finish[-1])
+        k = min(len(times), sched.num_events) - 3  # the schedule may stop inside a tie at its end
+        np.testing.assert_allclose(times[:k], sched.finish[:k], rtol=0, atol=1e-12)
+        np.testing.assert_array_equal(workers[:k], sched.worker[:k])
+    times, workers, H = hyperperiod_arrays([2, 3])
+    assert H == 6 and times.tolist() == [2, 3, 4, 6, 6] and workers.tolist() == [0, 1, 0, 0, 1]
