@@ -29,6 +29,8 @@ FIGURES = {
                           "one mitigation at a time: throughput, final loss, specialisation index"),
     "wallclock": ("paper_figures.wallclock",
                   "a real Ray run against its exact replay and the fixed-computation model fitted to it, in seconds"),
+    "bias-networks": ("paper_figures.bias_networks",
+                      "vanilla ASGD's frequency-weighted bias on an MLP and a CNN, non-i.i.d. shards, against theory"),
     "r6": ("paper_figures.r6_homogeneous", "homogeneous data: Rescaled vs vanilla (noise floor τ_A/τ_H), median/IQR over seeds"),
 }
 

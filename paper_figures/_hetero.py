@@ -277,6 +277,11 @@ def read_time(run: dict, horizon: float) -> float:
     return float(t[max(int(np.sum(t <= float(horizon) + 1e-9)) - 1, 0)])
 
 
+def slug(cell: str) -> str:
+    """A cell's name as a part's file name (:func:`tuned`'s runs are ``<slug>_g<step>_s<seed>``)."""
+    return re.sub(r"[^A-Za-z0-9.]+", "_", cell).strip("_")
+
+
 def tuned(parts: Parts, p: Preset, cell: str, inputs: dict, make_run: Callable, scheme: Scheme,
           score: Callable) -> dict:
     """One cell of experiment 3 or 4: ``scheme``'s step bracketed (:func:`claims.bracket`, from
@@ -291,11 +296,11 @@ def tuned(parts: Parts, p: Preset, cell: str, inputs: dict, make_run: Callable, 
     with the reported seeds' runs in the order of ``claims.disjoint_seeds`` and the computing time
     of all the cell's runs (as stored with them, whichever process computed them)."""
     tune, report = claims.disjoint_seeds(p.tune_seeds, p.seeds)
-    slug = re.sub(r"[^A-Za-z0-9.]+", "_", cell).strip("_")
+    name = slug(cell)
     seconds: dict = {}
 
     def run(g: float, seed: int, validation: bool) -> dict:
-        part, reused = parts.get(f"{slug}_g{g:.6g}_s{seed}",
+        part, reused = parts.get(f"{name}_g{g:.6g}_s{seed}",
                                  {**inputs, "preset": p, "step": float(g), "seed": int(seed), "validation": validation},
                                  lambda: make_run(float(g), int(seed), validation))
         if not reused:

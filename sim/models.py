@@ -68,6 +68,28 @@ class _ShardLosses:
         return jax.lax.map(lambda xy: _loss(self.module, params, *xy), (data["X"], data["y"]))
 
 
+def _shards(y, split, num_workers: int, *, seed: int, alpha: float = 0.1, overlap: float = 0.0,
+            allowed=("iid", "label", "dirichlet")) -> np.ndarray:
+    """[n, m] example indices of each worker's shard: ``split`` names a rule of ``allowed``
+    (:mod:`sim.data`'s splits) or gives the shards themselves (``sim.data.split_by_group``)."""
+    if not isinstance(split, str):  # precomputed shards, [n, m] indices
+        idx = np.asarray(split)
+        if idx.ndim != 2 or idx.shape[0] != num_workers or not np.issubdtype(idx.dtype, np.integer) \
+                or idx.min() < 0 or idx.max() >= len(y):
+            raise ValueError(f"split given as shards must be [{num_workers}, m] indices into the {len(y)} examples; "
+                             f"got an array of shape {idx.shape}")
+        return idx
+    if split not in allowed:
+        raise ValueError(f"split must be {', '.join(map(repr, allowed))} or [n, m] shard indices; got {split!r}")
+    if split == "iid":
+        return data_lib.split_iid(y, num_workers, seed=seed)
+    if split == "label":
+        return data_lib.split_by_label(y, num_workers)
+    if split == "dirichlet":
+        return data_lib.split_dirichlet(y, num_workers, alpha, seed=seed)
+    return data_lib.split_overlap(y, num_workers, overlap, seed=seed)
+
+
 def mlp_classifier(images, labels, *, num_workers: int, split: str = "dirichlet", alpha: float = 0.1,
                    hidden: int = 128, batch_size: Optional[int] = 4, seed: int = 0, dtype=None,
                    test_images=None, test_labels=None, init_seed: Optional[int] = None) -> Problem:
@@ -87,20 +109,7 @@ def mlp_classifier(images, labels, *, num_workers: int, split: str = "dirichlet"
     y = np.asarray(labels).astype(np.int32)
     if X.shape[0] != y.shape[0]:
         raise ValueError(f"images and labels must have the same length; got {X.shape[0]} and {y.shape[0]}")
-    if not isinstance(split, str):  # precomputed shards, [n, m] indices (e.g. sim.data.split_by_group)
-        idx = np.asarray(split)
-        if idx.ndim != 2 or idx.shape[0] != num_workers or not np.issubdtype(idx.dtype, np.integer) \
-                or idx.min() < 0 or idx.max() >= len(y):
-            raise ValueError(f"split given as shards must be [{num_workers}, m] indices into the {len(y)} examples; "
-                             f"got an array of shape {idx.shape}")
-    elif split == "iid":
-        idx = data_lib.split_iid(y, num_workers, seed=seed)
-    elif split == "label":
-        idx = data_lib.split_by_label(y, num_workers)
-    elif split == "dirichlet":
-        idx = data_lib.split_dirichlet(y, num_workers, alpha, seed=seed)
-    else:
-        raise ValueError(f"split must be 'iid', 'label', 'dirichlet' or [n, m] shard indices; got {split!r}")
+    idx = _shards(y, split, num_workers, seed=seed, alpha=alpha)
     if batch_size is not None and (int(batch_size) != batch_size or batch_size < 1):
         raise ValueError(f"batch_size must be a positive integer or None; got {batch_size!r}")
     classes = int(y.max()) + 1
@@ -306,12 +315,15 @@ class _TestAccuracy:
 def cnn_classifier(images, labels, test_images, test_labels, *, num_workers: int, split: str = "iid",
                    overlap: float = 0.0, batch_size: Optional[int] = 64, channels=(32, 64), hidden: int = 128,
                    eval_size: Optional[int] = None, seed: int = 0, dtype=None, conv_impl: str = "auto",
-                   eval_chunk: Optional[int] = None) -> Problem:
+                   eval_chunk: Optional[int] = None, init_seed: Optional[int] = None) -> Problem:
     """The CNN of :class:`CNN` trained by ``num_workers`` workers on shards of ``images``.
 
     Args:
-      split: "iid" (disjoint random shards) or "overlap" (every worker also holds a shared
-        subset, ``overlap`` = r = |O|/|D|; see :func:`sim.data.split_overlap`).
+      split: "iid" (disjoint random shards), "overlap" (every worker also holds a shared
+        subset, ``overlap`` = r = |O|/|D|; see :func:`sim.data.split_overlap`), or the shards
+        themselves, [n, m] indices (``sim.data.split_dirichlet``, ``sim.data.split_by_group``).
+      seed: seeds the split and the evaluation subset, and the initial parameters unless
+        ``init_seed`` is given (then the two are independent sources).
       conv_impl: how :class:`Conv2D` computes, one of ``CONV_IMPLS`` (default "auto": oneDNN on
         CPU where it is built, else im2col; the problem's name says which).
       eval_size: F is the mean loss over this many training examples (class-stratified, each
@@ -330,14 +342,10 @@ def cnn_classifier(images, labels, test_images, test_labels, *, num_workers: int
                          f"and {Xt.shape[0]}/{yt.shape[0]} (test)")
     if X.ndim not in (3, 4) or Xt.shape[1:] != X.shape[1:]:
         raise ValueError(f"images must be [N, H, W] or [N, H, W, C], train and test alike; got {X.shape} and {Xt.shape}")
-    if split == "iid":
-        idx = data_lib.split_iid(y, num_workers, seed=seed)
-    elif split == "overlap":
-        idx = data_lib.split_overlap(y, num_workers, overlap, seed=seed)
-    else:
-        raise ValueError(f"split must be 'iid' or 'overlap'; got {split!r}")
-    if split == "iid" and overlap != 0.0:
+    overlapping = isinstance(split, str) and split == "overlap"
+    if not overlapping and overlap != 0.0:
         raise ValueError("overlap applies to split='overlap' only")
+    idx = _shards(y, split, num_workers, seed=seed, overlap=overlap, allowed=("iid", "overlap"))
     if batch_size is not None and (int(batch_size) != batch_size or batch_size < 1):
         raise ValueError(f"batch_size must be a positive integer or None; got {batch_size!r}")
     if eval_chunk is None:
@@ -349,13 +357,13 @@ def cnn_classifier(images, labels, test_images, test_labels, *, num_workers: int
     dt = jnp.dtype(dtype) if dtype is not None else jnp.asarray(0.0).dtype
     used = conv_impl_for(conv_impl, dt)
     module = CNN(classes=classes, channels=tuple(int(c) for c in channels), hidden=int(hidden), conv_impl=conv_impl)
-    params = module.init(jax.random.key(seed), jnp.zeros((1,) + X.shape[1:], dt))["params"]
+    params = module.init(jax.random.key(seed if init_seed is None else init_seed), jnp.zeros((1,) + X.shape[1:], dt))["params"]
     params = jax.tree.map(lambda p: p.astype(dt), params)
     ev = data_lib.stratified_subset(y, eval_size, seed=seed)
     loss = _BatchLoss(module, None if batch_size is None else int(batch_size))
     return Problem(
         name=f"cnn({X.shape[1:]}, {channels}, head {hidden}, n={num_workers}, {split}"
-             f"{f' r={overlap:g}' if split == 'overlap' else ''}, batch={batch_size}, conv={used})",
+             f"{f' r={overlap:g}' if overlapping else ''}, batch={batch_size}, conv={used})",
         num_workers=int(num_workers),
         fns=ProblemFns(_ValueAndGradOf(loss), _ShardLosses(module), loss=loss,
                        global_objective=_EvalLoss(module, len(ev), eval_chunk),

@@ -74,8 +74,20 @@ def test_cnn_problem_pooling_metrics_and_overlap_zero():
     for k in a.data:
         np.testing.assert_array_equal(a.data[k], b.data[k])
 
-    with pytest.raises(ValueError, match="split must be 'iid' or 'overlap'"):
+    with pytest.raises(ValueError, match="split must be 'iid', 'overlap' or \\[n, m\\] shard indices"):
         models.cnn_classifier(ds.x_train, ds.y_train, ds.x_test, ds.y_test, split="dirichlet", **kw)
+    # shards given as indices (a speed-correlated split) are what the workers hold, and init_seed
+    # draws the model apart from the split
+    shards = data.split_by_group(ds.y_train, [range(5)] * 2 + [range(5, 10)] * 2, seed=1)
+    c = models.cnn_classifier(ds.x_train, ds.y_train, ds.x_test, ds.y_test, split=shards, init_seed=7,
+                              **{**kw, "num_workers": 4})
+    np.testing.assert_array_equal(c.data["y"], ds.y_train[shards])
+    assert np.all(np.asarray(c.data["y"][:2]) < 5) and np.all(np.asarray(c.data["y"][2:]) >= 5)
+    d = models.cnn_classifier(ds.x_train, ds.y_train, ds.x_test, ds.y_test, split=shards, init_seed=8,
+                              **{**kw, "num_workers": 4})
+    assert not np.array_equal(c.x0["Dense_0"]["kernel"], d.x0["Dense_0"]["kernel"])
+    with pytest.raises(ValueError, match="shards must be \\[4, m\\] indices"):
+        models.cnn_classifier(ds.x_train, ds.y_train, ds.x_test, ds.y_test, split=shards[:3], **{**kw, "num_workers": 4})
 
 
 def test_conv_implementations_agree_with_flax():
