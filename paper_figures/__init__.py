@@ -23,6 +23,8 @@ FIGURES = {
                               "do fast workers specialise by layer? CKA / gradient alignment against the compute ratio"),
     "hetero-divergence": ("paper_figures.hetero_divergence",
                           "stragglers' representation divergence, with and without staleness weighting"),
+    "hetero-difficulty": ("paper_figures.hetero_difficulty",
+                          "slow jobs and workers against their examples' difficulty, durations independent of the data"),
     "hetero-frontier": ("paper_figures.hetero_frontier",
                         "accuracy and time to target against heterogeneity, five schemes at their best step size"),
     "hetero-mitigation": ("paper_figures.hetero_mitigation",

@@ -379,7 +379,8 @@ def findings(d: dict) -> str:
             gF = _stack(cell[m]["runs"], "avg", "grad_F")
             last = _stack(cell[m]["runs"], "last", "grad_p") / _stack(cell[m]["runs"], "last", "grad_F")
             pred = "< 1 (toward F_p)" if m == "vanilla ASGD" else "> 1 (toward F)"
-            L.append(f"    {m}: ‖∇F_p‖ {np.nanmean(gp):.3g}, ‖∇F‖ {np.nanmean(gF):.3g}; ratio predicted {pred}, "
+            ok = np.isfinite(gp) & np.isfinite(gF)
+            L.append(f"    {m}: ‖∇F_p‖ {_geo(gp[ok])}, ‖∇F‖ {_geo(gF[ok])}; ratio predicted {pred}, "
                      f"measured {_geo(a['ratio'][m])} (final iterate: {_geo(last[np.isfinite(last)])}); "
                      f"F {np.mean(a['F'][m]):.4f}")
         L.append(f"    placebo, vanilla ‖∇F_p‖/‖∇F_p̃‖ (p reversed): {_geo(a['placebo'])}")
@@ -392,12 +393,21 @@ def findings(d: dict) -> str:
                      f"{_iv(a['class_interval'])} → predicted positive: {a['class_verdict']}; slope {np.mean(a['class_slope']):+.3f} "
                      f"accuracy per unit log weight")
             over = a["shift"] > 0
-            L.append(f"      over-weighted classes (w_p > w_u): vanilla − Rescaled {np.mean(a['dacc'][over]):+.3f}; "
-                     f"under-weighted {np.mean(a['dacc'][~over]):+.3f} (mean over classes and seeds)")
+            per_seed = [np.array([row[o == side].mean() for row, o in zip(a["dacc"], over) if np.any(o == side)])
+                        for side in (True, False)]
+            L.append(f"      per class: predicted w_p/w_u from {np.exp(a['shift'].min()):.2f} to {np.exp(a['shift'].max()):.2f}; "
+                     f"measured vanilla − Rescaled on the over-weighted classes (w_p > w_u) "
+                     f"{_iv(claims.paired_interval(per_seed[0]))}, on the others {_iv(claims.paired_interval(per_seed[1]))} "
+                     "(per seed, the mean over those classes)")
             L.append(f"    workers (vanilla − Rescaled training loss against log(n p_i)): correlation "
                      f"{_iv(a['worker_interval'])} → predicted negative: {a['worker_verdict']}")
         L.append(f"    test accuracy, vanilla − Rescaled: {_iv(claims.paired_interval(a['test_gap']))}")
         L.append("")
+    L.append("Rows of a tuned cell whose method's bracketed step equals the common one are the common step's runs "
+             "(same step, same seeds). Seeds resample the split, the speed groups' classes, the initial model, the "
+             "job times and the minibatches; the training images (the data set's first ones) and the test images are "
+             "the same for every seed.")
+    L.append("")
     L.append("Reading. On every split the claim is judged against three alternatives it could have met: "
              "vanilla's ratio near 1 (no preference), Rescaled's ratio below 1 as well (a property of the "
              "measure, not of the method), and the placebo ratio near or above 1 (any re-weighting looks "
