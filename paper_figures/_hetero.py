@@ -312,7 +312,7 @@ def tuned(parts: Parts, p: Preset, cell: str, inputs: dict, make_run: Callable, 
         v = float(np.mean([score(run(g, s, True)) for s in tune]))
         return v if math.isfinite(v) else math.inf
 
-    b = claims.bracket(mean_score, scheme.grid, max_extend=p.max_extend, tie=p.tie)
+    b = claims.bracket(mean_score, scheme.grid, max_extend=p.max_extend, tie=p.tie, refine=getattr(p, "refine", 0))
     runs = [run(b.best, s, False) for s in report]
     return {"bracket": {"steps": list(b.steps), "scores": list(b.scores), "best": b.best, "interior": b.interior,
                         "edge": b.edge, "extended": b.extended},

@@ -299,6 +299,7 @@ def plot(d: dict, path: str) -> None:
             ax[j].scatter(r["mean_time"], r["shard_difficulty"], s=12, color=colors[method],
                           label=f"{method}: ρ = {r['rho_worker']:+.2f}")
         ax[j].set_xscale("log")
+        ax[j].xaxis.set_minor_formatter(plt.NullFormatter())
         ax[j].set_xlabel("worker's mean job time")
         ax[j].set_ylabel("its shard's mean loss (difficulty)")
         ax[j].set_title(f"timing '{kind}', seed 0: one point per worker")

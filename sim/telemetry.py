@@ -323,6 +323,57 @@ class Representations:
         return out
 
 
+def local_end(kind: str) -> Callable:
+    """``(point, message) -> params``: the model a worker holds at the end of its job, from the
+    point it was handed and the message its job returns. ``kind``: "delta" (the job sends the
+    pseudo-gradient Δ = start − end: local SGD, asynchronous local SGD), "end" (it sends its end
+    point: FedAsync) or "worker_state" (elastic averaging's jobs return the worker's state, whose
+    ``params`` are the model it keeps)."""
+    if kind == "delta":
+        return lambda point, msg: jax.tree.map(jnp.subtract, point, msg)
+    if kind == "end":
+        return lambda point, msg: msg
+    if kind == "worker_state":
+        return lambda point, msg: msg.params
+    raise ValueError(f"local_end: kind must be 'delta', 'end' or 'worker_state'; got {kind!r}")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class AfterLocalSteps:
+    """Telemetry of the models the workers hold *after their local steps* (issue 24, part 2): at
+    every log point each worker runs its method's own job (``work``, with ``hparams``) from the
+    point it holds (``points``: what the engine handed it, or for elastic averaging its own
+    state), on its own shard through the problem's oracle, and ``inner`` (e.g.
+    :class:`Representations`) is computed on the resulting models, ``end(point, message)`` each
+    (:func:`local_end`).
+
+    For methods whose workers run H local steps from a handed point (asynchronous local SGD,
+    FedAsync) the engine keeps only that point; the model at the end of the job the worker is
+    running is the one this recomputes, with the method's own steps and step sizes but minibatches
+    of its own (``fold_in(key(seed), worker)``), not the job's: the same distribution, other draws.
+    For elastic averaging the starting point is the worker's persistent model."""
+
+    inner: Callable
+    work: Callable
+    hparams: dict
+    fns: object
+    end: Callable
+    seed: int = 0
+
+    def __call__(self, data, server, points) -> dict:
+        from sim.core import WorkerOracle  # the engine's oracle: the worker's own shard, its own sampler
+
+        n = jax.tree.leaves(points)[0].shape[0]
+        hp = {k: jnp.asarray(v) for k, v in self.hparams.items()}
+        keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(self.seed), i))(jnp.arange(n))
+
+        def one(point, i, key):
+            return self.end(point, self.work(hp, point, WorkerOracle(self.fns, data, i), key))
+
+        models = jax.vmap(one)(points, jnp.arange(n), keys)
+        return self.inner(data, server, models)
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class ShardLossMatrix:
     """The worker × shard loss matrix of spec §14 T7 at every log point:

@@ -1,0 +1,240 @@
+"""Heterogeneity lab: specialisation where workers keep models of their own (issue 24, part 2).
+
+    delaylab figure hetero-local-models --quick     # ≤ 10 min on 2 cores
+    delaylab figure hetero-local-models             # the full preset
+
+``hetero-specialisation`` asked whether fast workers become early-layer specialists on vanilla
+ASGD, where a worker's "model" is the server model it was last handed: there the only possible
+answer is staleness, the same in every layer. Here the question is asked of methods whose workers
+train a model of their own for several steps before it reaches the server: EASGD (each worker keeps
+a persistent model, pulled toward the master at each exchange, 4 local steps per exchange),
+asynchronous local SGD with Delayed Nesterov outer momentum (4 local SGD steps from the handed
+model; Liu et al. 2024) and FedAsync (4 local steps, mixed into the server model with a staleness
+weight (1 + δ)^(−½); Xie et al. 2019). Each worker's model is read **after its local steps**
+(:class:`sim.telemetry.AfterLocalSteps`: the method's own job run from the point the worker holds,
+on its own shard; for EASGD from its persistent model).
+
+Set-up: an MLP (pixels → hidden → 10) on Fashion-MNIST pooled to 14×14 (scikit-learn's digits
+where it is not installed), 8 workers, 4 fast (job time 1) and 4 slow (job time R) plus
+exponential noise of mean 0.1 τ, R ∈ {1, 4, 16} (R = 1: the labels "fast" and "slow" are
+arbitrary, a control); i.i.d. shards and Dirichlet α = 1 shards. Per layer, averaged over the
+second half of training: how far each worker's model is from the server's in representation
+(1 − linear CKA on a fixed probe batch of test images) and how well its probe gradient aligns with
+the server's (cosine). Step sizes are each method's usual ones, not tuned (stated in the text).
+
+The claim "fast workers become early-layer specialists" is read as: the fast workers' divergence
+relative to the slow workers' is larger in the first layer than in the last,
+s = log(div_fast/div_slow)|first − log(div_fast/div_slow)|last > 0, judged on s over seeds (95%
+Student-t interval; holds if above 0, does not hold if below, inconclusive otherwise). Seeds
+resample the split, the initial model, the job times and the minibatches (:data:`SOURCES`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+
+import algos
+import algos.elastic
+import sim
+from delaylab import claims
+from paper_figures import _hetero as lab
+from paper_figures._figure import Figure, Parts
+from paper_figures._output import pyplot, save_figure
+from sim import schedules
+from sim import telemetry as T
+from sim.models import MLP, mlp_classifier
+
+N = 8
+FAST, SLOW = slice(0, 4), slice(4, 8)
+SOURCES = ("split", "init", "timing", "minibatches")
+SPLITS = ("iid", "dirichlet 1")
+H = 4  # local steps per job
+
+
+def methods() -> dict:
+    """name -> (algorithm, how its job's end model is read (sim.telemetry.local_end))."""
+    return {
+        "EASGD": (algos.elastic.easgd(learning_rate=0.05, alpha=0.1, period=H), "worker_state"),
+        "async local SGD (DN)": (algos.async_local_sgd(stepsize=0.5, local_stepsize=0.05, local_steps=H,
+                                                       momentum=0.5), "delta"),
+        "FedAsync": (algos.fedasync(mixing=0.5, local_stepsize=0.05, local_steps=H), "end"),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    name: str
+    train: int
+    test: int
+    pool: int
+    hidden: int
+    batch: int
+    events: int  # jobs per run
+    seeds: int
+    ratios: tuple
+    probes: int
+    logs: int
+
+
+PRESETS = {
+    "quick": Preset("quick", train=8000, test=2000, pool=2, hidden=64, batch=32, events=2000, seeds=5,
+                    ratios=(1, 4, 16), probes=128, logs=20),
+    "full": Preset("full", train=16000, test=2000, pool=2, hidden=128, batch=32, events=5000, seeds=8,
+                   ratios=(1, 2, 4, 8, 16), probes=256, logs=40),
+}
+
+
+def one_run(p: Preset, method: str, split: str, ratio: float, seed: int) -> dict:
+    src = claims.seed_sources(seed, SOURCES)
+    ds_name, xtr, ytr, held = lab.tuning_images(p)
+    xe, ye = held["test"]
+    ds = sim.data.load_mnist_format()
+    px = lab.pool(ds.x_test[-p.probes:], p.pool).astype(np.float32)  # after the test images: disjoint
+    py = ds.y_test[-p.probes:]
+    kind = "iid" if split == "iid" else "dirichlet"
+    alpha = 1.0 if split == "iid" else float(split.split()[1])
+    prob = mlp_classifier(xtr, ytr, num_workers=N, split=kind, alpha=alpha, hidden=p.hidden, batch_size=p.batch,
+                          seed=src["split"], init_seed=src["init"], dtype=np.float32, test_images=xe, test_labels=ye)
+    alg, end = methods()[method]
+    module = MLP(hidden=p.hidden, classes=10)
+    tel = T.AfterLocalSteps(T.Representations(module, px, py), alg.work, alg.hparams, prob.fns, T.local_end(end),
+                            seed=src["minibatches"])
+    taus = lab.two_speed_taus(ratio)
+    sched = schedules.asynchronous(lab.timing_noise(taus, src["timing"]), num_events=p.events)
+    res = sim.run(alg, prob, sched, key=jax.random.key(src["minibatches"]), telemetry=tel,
+                  log_every=max(1, p.events // p.logs))
+    m = res.metrics
+    mask = lab.second_half(np.asarray(m["time"]))
+    layers = sorted(k.split("/", 1)[1] for k in m if k.startswith("telemetry/cka/"))
+    out = {"layers": layers, "accuracy": float(np.asarray(m["test_accuracy"])[-1]),
+           "diverged": res.divergence is not None}
+    for layer in layers:
+        div = 1.0 - np.asarray(m[f"telemetry/cka/{layer}"], np.float64)[mask]  # [logs, n]
+        cos = np.asarray(m[f"telemetry/grad_cos/{layer}"], np.float64)[mask]
+        for grp, sl in (("fast", FAST), ("slow", SLOW)):
+            out[f"div_{layer}_{grp}"] = float(div[:, sl].mean())
+            out[f"cos_{layer}_{grp}"] = float(cos[:, sl].mean())
+    return out
+
+
+def compute(p: Preset, parts: Parts) -> dict:
+    runs, seconds = {}, 0.0
+    for method in methods():
+        for split in SPLITS:
+            for r in p.ratios:
+                cell = []
+                for s in range(p.seeds):
+                    part, reused = parts.get(f"{lab.slug(method)}_{lab.slug(split)}_R{r:g}_s{s}",
+                                             {"preset": p, "method": method, "split": split, "ratio": r, "seed": s},
+                                             lambda method=method, split=split, r=r, s=s: one_run(p, method, split, r, s))
+                    if not reused:
+                        lab.progress(f"hetero-local-models {method}, {split}, R = {r:g}, seed {s}: "
+                                     f"{part['seconds']:.1f} s")
+                    seconds += float(part["seconds"])
+                    cell.append(part)
+                runs[(method, split, float(r))] = cell
+    return {"dataset": lab.tuning_images(p)[0], "preset": p.name, "runs": runs, "ratios": list(map(float, p.ratios)),
+            "seconds": seconds, "events": p.events}
+
+
+def _ok(cell):
+    return [r for r in cell if not r["diverged"]]
+
+
+def analyse(cell: list) -> dict:
+    """Per layer, log(div_fast/div_slow) and the cosine gap (fast − slow) over seeds, and s, the
+    first layer's log ratio minus the last's (module docstring)."""
+    runs = _ok(cell)
+    layers = list(runs[0]["layers"])
+    lr = {L: np.log(np.array([r[f"div_{L}_fast"] / r[f"div_{L}_slow"] for r in runs])) for L in layers}
+    gap = {L: np.array([r[f"cos_{L}_fast"] - r[f"cos_{L}_slow"] for r in runs]) for L in layers}
+    s = lr[layers[0]] - lr[layers[-1]]
+    verdict, iv = claims.below(-s)
+    return {"layers": layers, "log_ratio": {L: claims.paired_interval(v) for L, v in lr.items()},
+            "cos_gap": {L: claims.paired_interval(v) for L, v in gap.items()}, "s": claims.paired_interval(s),
+            "verdict": verdict, "seeds": len(runs), "diverged": len(cell) - len(runs),
+            "accuracy": float(np.mean([r["accuracy"] for r in runs]))}
+
+
+def _iv(iv) -> str:
+    return f"{iv.mean:+.3f} [{iv.lo:+.3f}, {iv.hi:+.3f}]"
+
+
+def findings(d: dict) -> str:
+    L = [f"Specialisation with models of the workers' own ({d['dataset']}, MLP, n = 8: 4 fast at τ = 1, 4 slow at "
+         f"τ = R, {d['events']} jobs of {H} local steps; each worker's model read after its local steps; second half "
+         "of training; steps untuned: EASGD η = 0.05, α = 0.1; async local SGD η_outer = 0.5, β = 0.5, η_local = 0.05; "
+         "FedAsync α = 0.5, η_local = 0.05).",
+         "Per layer: log(1−CKA of the fast workers / of the slow workers) and the probe-gradient cosine gap "
+         "(fast − slow), mean over seeds with 95% intervals; s = first layer's log ratio − last layer's.", ""]
+    words = []
+    for (method, split, r), cell in d["runs"].items():
+        a = analyse(cell)
+        parts = "; ".join(f"{L}: log ratio {_iv(a['log_ratio'][L])}, cos gap {_iv(a['cos_gap'][L])}"
+                          for L in a["layers"])
+        L.append(f"{method}, {split}, R = {r:g} ({a['seeds']} seeds"
+                 + (f", {a['diverged']} diverged" if a["diverged"] else "") + f", test accuracy {a['accuracy']:.3f}): "
+                 f"{parts}; s {_iv(a['s'])} → fast workers early-layer specialists: {a['verdict']}")
+        if r > 1:
+            words.append(a["verdict"])
+    L.append("")
+    L.append(f"VERDICT — fast workers become early-layer specialists (every method, both splits, R > 1): "
+             f"{claims.all_of(words)} ({words.count(claims.HOLDS)} cells hold, {words.count(claims.FAILS)} do not, "
+             f"{words.count(claims.INCONCLUSIVE)} inconclusive of {len(words)}).")
+    L.append("Reading: a log ratio above 0 means the fast workers' models are further from the server's than the slow "
+             "workers' in that layer; R = 1 is the control (no speed difference: ratios near 0). The claim needs the "
+             "ratio to grow from the last layer to the first, not merely to be non-zero.")
+    return "\n".join(L) + f"\n(preset {d['preset']}, computed in {float(d['seconds']):.0f} s)\n"
+
+
+def verdicts(d: dict) -> list:
+    words = [analyse(c)["verdict"] for (m, s, r), c in d["runs"].items() if r > 1]
+    return [{"claim": "fast workers become early-layer specialists (methods with models of the workers' own)",
+             "verdict": claims.all_of(words),
+             "evidence": f"{words.count(claims.HOLDS)} of {len(words)} cells hold, {words.count(claims.FAILS)} do not "
+                         "(s = first-layer − last-layer log divergence ratio, fast over slow)",
+             "conditions": f"EASGD, async local SGD (DN), FedAsync; i.i.d. and Dirichlet 1 shards; {d['dataset']} MLP, "
+                           f"n = 8, R ∈ {{{', '.join(f'{r:g}' for r in d['ratios'])}}}; steps untuned; "
+                           f"{d['preset']} preset"}]
+
+
+def rows(d: dict) -> list:
+    out = []
+    for (method, split, r), cell in d["runs"].items():
+        for s, run in enumerate(cell):
+            for layer in run["layers"]:
+                for grp in ("fast", "slow"):
+                    out.append({"method": method, "split": split, "ratio": r, "seed": s, "layer": layer, "group": grp,
+                                "one_minus_cka": run[f"div_{layer}_{grp}"], "grad_cos": run[f"cos_{layer}_{grp}"],
+                                "test_accuracy": run["accuracy"]})
+    return out
+
+
+def plot(d: dict, path: str) -> None:
+    plt = pyplot()
+    ms = list(dict.fromkeys(k[0] for k in d["runs"]))
+    fig, ax = plt.subplots(len(SPLITS), len(ms), figsize=(5 * len(ms), 4 * len(SPLITS)), dpi=110, squeeze=False)
+    for i, split in enumerate(SPLITS):
+        for j, method in enumerate(ms):
+            a_ = ax[i, j]
+            layers = analyse(d["runs"][(method, split, d["ratios"][0])])["layers"]
+            for L, c in zip(layers, ("tab:purple", "tab:orange", "tab:green")):
+                ivs = [analyse(d["runs"][(method, split, r)])["log_ratio"][L] for r in d["ratios"]]
+                a_.errorbar(d["ratios"], [v.mean for v in ivs], yerr=[v.half for v in ivs], color=c, marker="o",
+                            ms=3, capsize=3, label=L)
+            a_.axhline(0, color="k", lw=0.8)
+            a_.set_xscale("log", base=2)
+            a_.set_xlabel("compute ratio R")
+            a_.set_ylabel("log(1−CKA fast / 1−CKA slow)")
+            a_.set_title(f"{method}, {split}", fontsize=9)
+            a_.grid(alpha=0.3)
+            a_.legend(fontsize=7)
+    save_figure(fig, path)
+
+
+FIGURE = Figure("hetero-local-models", "specialisation where workers keep their own models: EASGD, async local SGD, "
+                "FedAsync, read after the local steps", PRESETS, compute, plot, findings, rows,
+                stem="hetero_local_models", module=__file__, verdicts=verdicts)
