@@ -25,6 +25,9 @@ FIGURES = {
                           "stragglers' representation divergence, with and without staleness weighting"),
     "hetero-difficulty": ("paper_figures.hetero_difficulty",
                           "slow jobs and workers against their examples' difficulty, durations independent of the data"),
+    "hetero-local-models": ("paper_figures.hetero_local_models",
+                            "do fast workers specialise when workers keep models of their own? EASGD, async local SGD, "
+                            "FedAsync, read after the local steps"),
     "hetero-frontier": ("paper_figures.hetero_frontier",
                         "accuracy and time to target against heterogeneity, five schemes at their best step size"),
     "hetero-mitigation": ("paper_figures.hetero_mitigation",

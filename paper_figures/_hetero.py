@@ -77,6 +77,7 @@ class Preset:
     tune_seeds: int = 2  # experiments 3, 4: steps bracketed on these seeds (claims.disjoint_seeds)
     max_extend: int = 3  # steps added past a starting grid's edge, per side
     tie: float = 0.02  # experiments 3, 4: tuning scores within 2% of the best are tied (claims.bracket)
+    divergence_seeds: int = 12  # experiment 2: its straggler effect is a difference of differences (more seeds)
 
 
 PRESETS = {
@@ -112,8 +113,15 @@ def setup(p: Preset):
     ds, xtr, ytr, xte, yte = images(p)
     prob = sim.models.mlp_classifier(xtr, ytr, num_workers=N, split="iid", hidden=p.hidden, batch_size=p.batch,
                                      seed=0, dtype=np.float32, test_images=xte, test_labels=yte)
-    probe = ds.x_test[-p.probes:]  # disjoint from the test images above
-    return prob, pool(probe, p.pool).astype(np.float32), ds.y_test[-p.probes:], ds.name
+    _, px, py = probes(p)
+    return prob, px, py, ds.name
+
+
+def probes(p: Preset):
+    """(dataset name, probe images, probe labels): the last ``p.probes`` test images, pooled as the
+    preset's images (disjoint from the first ``p.test`` test images the runs are evaluated on)."""
+    ds = sim.data.load_mnist_format()
+    return ds.name, pool(ds.x_test[-p.probes:], p.pool).astype(np.float32), ds.y_test[-p.probes:]
 
 
 def mlp_module(p: Preset) -> MLP:
@@ -229,17 +237,23 @@ def tuning_images(p: Preset):
     return ds.name, pool(ds.x_train[:n_tr], p.pool), ds.y_train[:n_tr], held
 
 
-def seeded_problem(p: Preset, seed: int, *, validation: bool = False):
-    """Seed ``seed``'s problem for experiments 3 and 4: its own i.i.d. split of the training images
-    and its own initial model (:func:`claims.seed_sources`), logging the accuracy on the test
-    images (on the validation images with ``validation``). Returns (problem, the seed of its job
-    times, its minibatch key)."""
+def seeded_problem(p: Preset, seed: int, *, validation: bool = False, split: str = "iid"):
+    """Seed ``seed``'s problem: its own split of the training images (``split``: "iid" or
+    "dirichlet α") and its own initial model (:func:`claims.seed_sources`), logging the accuracy
+    on the test images (on the validation images with ``validation``). Returns (problem, the seed
+    of its job times, its minibatch key)."""
     src = claims.seed_sources(seed, SOURCES)
     _, xtr, ytr, held = tuning_images(p)
     xe, ye = held["validation" if validation else "test"]
-    prob = sim.models.mlp_classifier(xtr, ytr, num_workers=N, split="iid", hidden=p.hidden, batch_size=p.batch,
-                                     seed=src["split"], init_seed=src["init"], dtype=np.float32, test_images=xe,
-                                     test_labels=ye)
+    if split == "iid":
+        kind, alpha = "iid", 1.0
+    elif split.startswith("dirichlet "):
+        kind, alpha = "dirichlet", float(split.split()[1])
+    else:
+        raise ValueError(f"split must be 'iid' or 'dirichlet α'; got {split!r}")
+    prob = sim.models.mlp_classifier(xtr, ytr, num_workers=N, split=kind, alpha=alpha, hidden=p.hidden,
+                                     batch_size=p.batch, seed=src["split"], init_seed=src["init"], dtype=np.float32,
+                                     test_images=xe, test_labels=ye)
     return prob, src["timing"], jax.random.key(src["minibatches"])
 
 

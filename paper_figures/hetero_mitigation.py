@@ -77,63 +77,83 @@ def mitigation_schemes(horizon: float) -> dict:
     }
 
 
+SPLITS = ("iid", "dirichlet 1")
+_HELD: dict = {}
+
+
+def held_models(tel, alg, prob, name: str):
+    """The telemetry that reads the models the workers hold: local SGD's workers hold their model
+    after their local steps (:class:`sim.telemetry.AfterLocalSteps`, one value per step size and H_i,
+    so equal ones share a compiled program); ASGD's and synchronous SGD's hold the model they were
+    handed (``tel`` itself)."""
+    if "local SGD" not in name:
+        return tel
+    return T.AfterLocalSteps.of(tel, alg, prob.fns, "delta")
+
+
 def compute(p: Preset, parts) -> dict:
-    """Every scheme: its step bracketed on the tuning seeds (training loss at the budget), its
-    reported runs with the workers' representations."""
+    """Every split and scheme: its step bracketed on the tuning seeds (training loss at the budget),
+    its reported runs with the workers' representations, read from the models they hold."""
     tune, report = claims.disjoint_seeds(p.tune_seeds, p.seeds)
     _, px, py, dsname = lab.setup(p)
     tel = T.Representations(mlp_module(p), px, py)
     out = {"preset": p.name, "dataset": dsname, "horizon": p.horizon, "tune_seeds": tune, "report_seeds": report,
            "tie": p.tie,
            "H_i": {int(s): local_steps(claims.seed_sources(s, lab.SOURCES)["timing"]) for s in report}, "rows": {}}
-    for name, (group, on, sc) in mitigation_schemes(p.horizon).items():
-        count = lab.with_margin(lab.count_until(lambda c, sc=sc: sc.build(0, c), p.horizon, sc.guess))
+    for split in SPLITS:
+        out["rows"][split] = {}
+        for name, (group, on, sc) in mitigation_schemes(p.horizon).items():
+            count = lab.with_margin(lab.count_until(lambda c, sc=sc: sc.build(0, c), p.horizon, sc.guess))
 
-        def make_run(g, seed, validation, sc=sc, count=count, name=name):
-            prob, timing_seed, key = lab.seeded_problem(p, seed, validation=validation)
-            sched = sc.build(timing_seed, count)
-            scheme = sc
-            if "DPro" in name:  # this seed's own H_i
-                H = local_steps(timing_seed)
-                scheme = lab.Scheme(lambda g: algos.local_sgd(local_stepsize=g, local_steps=H), sc.build, sc.guess,
-                                    sc.grid, sc.hparam)
-            H = np.asarray(scheme.make(g).hparams.get("local_steps", 1))
-            by_budget = sched.delivered & (sched.finish <= p.horizon)  # applied by the budget
-            steps = float(np.where(by_budget, H[sched.worker] if H.ndim else H, 0).sum())
+            def make_run(g, seed, validation, sc=sc, count=count, name=name, split=split):
+                prob, timing_seed, key = lab.seeded_problem(p, seed, validation=validation, split=split)
+                sched = sc.build(timing_seed, count)
+                scheme = sc
+                if "DPro" in name:  # this seed's own H_i
+                    H = local_steps(timing_seed)
+                    scheme = lab.Scheme(lambda g: algos.local_sgd(local_stepsize=g, local_steps=H), sc.build, sc.guess,
+                                        sc.grid, sc.hparam)
+                H = np.asarray(scheme.make(g).hparams.get("local_steps", 1))
+                by_budget = sched.delivered & (sched.finish <= p.horizon)  # applied by the budget
+                steps = float(np.where(by_budget, H[sched.worker] if H.ndim else H, 0).sum())
 
-            def extract(res):
-                t = np.asarray(res.metrics["time"])
-                spec = np.mean([np.asarray(res.metrics[f"telemetry/specialisation/{layer}"])[0, 0][second_half(t)].mean()
-                                for layer in LAYERS])
-                return {"specialisation": float(spec)}
+                def extract(res):
+                    t = np.asarray(res.metrics["time"])
+                    spec = np.mean([np.asarray(res.metrics[f"telemetry/specialisation/{layer}"])[0, 0][second_half(t)].mean()
+                                    for layer in LAYERS])
+                    return {"specialisation": float(spec)}
 
-            # tuning runs measure the representations too: one program per scheme, not two (about 8 s each)
-            run = lab.one_run(scheme, g, prob, sched, key, p, telemetry=tel, extract=extract)
-            return {**run, "throughput": steps / p.horizon}
+                # tuning runs read the handed models (one program per scheme for all its steps); the reported
+                # runs read the models the workers hold (local SGD: after their local steps)
+                telemetry = tel if validation else held_models(tel, scheme.make(g), prob, name)
+                run = lab.one_run(scheme, g, prob, sched, key, p, telemetry=telemetry, extract=extract)
+                return {**run, "throughput": steps / p.horizon}
 
-        cell = lab.tuned(parts, p, name, {"method": name, "count": count}, make_run, sc,
-                         score=lambda r: lab.tail(r, "loss", p.horizon))
-        runs = cell["runs"]
-        out["rows"][name] = {"group": group, "on": on, "bracket": cell["bracket"], "seconds": cell["seconds"],
-                             "throughput": np.array([r["throughput"] for r in runs]),
-                             "loss": np.array([lab.tail(r, "loss", p.horizon) for r in runs]),
-                             "accuracy": np.array([lab.tail(r, "accuracy", p.horizon) for r in runs]),
-                             "specialisation": np.array([r["specialisation"] for r in runs]),
-                             "read_at": np.array([lab.read_time(r, p.horizon) for r in runs]),
-                             "time": np.median(np.stack([r["time"] for r in runs]), axis=0),
-                             "loss_curve": np.stack([r["loss"] for r in runs])}
-        lab.progress(f"mitigation: {name}: {claims.Bracket.from_stored(cell['bracket']).note()}")
-    out["seconds"] = sum(r["seconds"] for r in out["rows"].values())
+            cell = lab.tuned(parts, p, f"{split}: {name}", {"method": name, "count": count, "split": split}, make_run,
+                             sc, score=lambda r: lab.tail(r, "loss", p.horizon))
+            runs = cell["runs"]
+            out["rows"][split][name] = {
+                "group": group, "on": on, "bracket": cell["bracket"], "seconds": cell["seconds"],
+                "throughput": np.array([r["throughput"] for r in runs]),
+                "loss": np.array([lab.tail(r, "loss", p.horizon) for r in runs]),
+                "accuracy": np.array([lab.tail(r, "accuracy", p.horizon) for r in runs]),
+                "specialisation": np.array([r["specialisation"] for r in runs]),
+                "read_at": np.array([lab.read_time(r, p.horizon) for r in runs]),
+                "time": np.median(np.stack([r["time"] for r in runs]), axis=0),
+                "loss_curve": np.stack([r["loss"] for r in runs])}
+            lab.progress(f"mitigation, {split}: {name}: {claims.Bracket.from_stored(cell['bracket']).note()}")
+    out["seconds"] = sum(r["seconds"] for rows in out["rows"].values() for r in rows.values())
     return out
 
 
-def claims_of(d: dict) -> list:
+def claims_of(d: dict, split: str) -> list:
     """Per mitigation: "it lowers the training loss at the budget", each scheme at its own step."""
     out = []
-    groups = list(dict.fromkeys(r["group"] for r in d["rows"].values()))
+    rows_ = d["rows"][split]
+    groups = list(dict.fromkeys(r["group"] for r in rows_.values()))
     for g in groups:
-        off = next(((n, r) for n, r in d["rows"].items() if r["group"] == g and not r["on"]), None)
-        on = next(((n, r) for n, r in d["rows"].items() if r["group"] == g and r["on"]), None)
+        off = next(((n, r) for n, r in rows_.items() if r["group"] == g and not r["on"]), None)
+        on = next(((n, r) for n, r in rows_.items() if r["group"] == g and r["on"]), None)
         if off is None or on is None:
             continue
         v, iv = claims.below(on[1]["loss"] - off[1]["loss"])
@@ -145,7 +165,7 @@ def claims_of(d: dict) -> list:
                                               f"round, and the mitigation raises the throughput {tp[0]:.2f} → {tp[1]:.2f}")
                             if x)
         out.append({"mitigation": g, "off": off[0], "on": on[0], "verdict": v, "loss": iv, "accuracy": acc, "why": why,
-                    "throughput": tp})
+                    "throughput": tp, "split": split})
     return out
 
 
@@ -157,42 +177,56 @@ def findings_mitigation(d: dict) -> str:
     H = np.array(list(d["H_i"].values()))
     same = bool(np.all(H == H[0]))
     lines = [f"Mitigation trade-off ({d['dataset']}, n = 8 with two 8x stragglers, exponential timing noise, time "
-             f"budget {d['horizon']:g}, i.i.d. shards). Each scheme at its own step, bracketed on tuning seeds "
+             f"budget {d['horizon']:g}; i.i.d. shards and Dirichlet α = 1 shards). Each scheme at its own step, "
+             f"bracketed per split on tuning seeds "
              f"{d['tune_seeds']} by the training loss at the budget (scores within {d['tie']:.0%} of the best count "
              f"as tied, and a tie at an edge extends the grid); reported seeds {d['report_seeds']}, each drawing "
              f"its own {', '.join(lab.SOURCES)} of the fixed training images. Specialisation index = 1 − mean "
-             "pairwise CKA of the workers' models, second half, mean of the two layers. DPro-SM-like: local steps "
-             "per worker H_i from an EWMA of the "
+             "pairwise CKA of the models the workers hold, second half, mean of the two layers: for local SGD the "
+             "model after its local steps (sim.telemetry.AfterLocalSteps: the job recomputed from the round's start "
+             "with minibatches of its own), for ASGD the (stale) model it was handed, for synchronous SGD the "
+             "round's model. DPro-SM-like: local steps per worker H_i from an EWMA of the "
              f"seed's first {WARM_UP} job times per worker (H = {LOCAL_H} for the fastest): "
              + (f"H_i = {list(map(int, H[0]))} on every reported seed." if same else
-                "; ".join(f"seed {s}: {list(map(int, h))}" for s, h in d["H_i"].items()) + "."),
-             "method | γ (bracket) | applied gradient steps per unit time | training loss at the budget | "
-             "test accuracy | specialisation"]
-    for name, r in d["rows"].items():
-        b = claims.Bracket.from_stored(r["bracket"])
-        early = np.median(r["read_at"]) < 0.9 * d["horizon"]
-        lines.append(f"{name} | {b.best:.3g}{'' if b.interior else ' (edge)'} | {np.median(r['throughput']):.2f} | "
-                     f"{r['loss'].mean():.4f} ± {r['loss'].std():.4f}"
-                     + (f" (read at t = {np.median(r['read_at']):.0f}, its last round before the budget)"
-                        if early else "")
-                     + f" | {r['accuracy'].mean():.3f} | {r['specialisation'].mean():.2e}")
-    lines.append("Claims (paired differences, mitigated − baseline, over the reported seeds; mean and 95% t interval):")
-    for c in claims_of(d):
-        lines.append(f"  {c['mitigation']}: lowers the training loss at the budget: {c['verdict']} (loss "
-                     f"{_iv(c['loss'])}; test accuracy {_iv(c['accuracy'], '+.3f')}; throughput "
-                     f"{c['throughput'][0]:.2f} → {c['throughput'][1]:.2f})" + (f"; {c['why']}" if c["why"] else ""))
-        a = c["accuracy"]
-        if a.hi < 0 or a.lo > 0:  # the test accuracy moved, whatever the loss verdict
-            lines.append(f"    and its test accuracy is {'lower' if a.hi < 0 else 'higher'} (the interval excludes 0).")
+                "; ".join(f"seed {s}: {list(map(int, h))}" for s, h in d["H_i"].items()) + ".")]
+    for split, rows_ in d["rows"].items():
+        lines += ["", f"{split} shards:", "method | γ (bracket) | applied gradient steps per unit time | training loss "
+                  "at the budget | test accuracy | specialisation"]
+        for name, r in rows_.items():
+            b = claims.Bracket.from_stored(r["bracket"])
+            early = np.median(r["read_at"]) < 0.9 * d["horizon"]
+            lines.append(f"{name} | {b.best:.3g}{'' if b.interior else ' (edge)'} | {np.median(r['throughput']):.2f} | "
+                         f"{r['loss'].mean():.4f} ± {r['loss'].std():.4f}"
+                         + (f" (read at t = {np.median(r['read_at']):.0f}, its last round before the budget)"
+                            if early else "")
+                         + f" | {r['accuracy'].mean():.3f} | {r['specialisation'].mean():.2e}")
+        lines.append("Claims (paired differences, mitigated − baseline, over the reported seeds; mean and 95% t "
+                     "interval):")
+        for c in claims_of(d, split):
+            lines.append(f"  {c['mitigation']}: lowers the training loss at the budget: {c['verdict']} (loss "
+                         f"{_iv(c['loss'])}; test accuracy {_iv(c['accuracy'], '+.3f')}; throughput "
+                         f"{c['throughput'][0]:.2f} → {c['throughput'][1]:.2f})" + (f"; {c['why']}" if c["why"] else ""))
+            a = c["accuracy"]
+            if a.hi < 0 or a.lo > 0:  # the test accuracy moved, whatever the loss verdict
+                lines.append(f"    and its test accuracy is {'lower' if a.hi < 0 else 'higher'} (the interval excludes 0).")
+        spec = {n: r["specialisation"] for n, r in rows_.items()}
+        local = [n for n in spec if "local SGD" in n]
+        if len(local) == 2:
+            iv = claims.paired_interval(spec[local[1]] - spec[local[0]])
+            lines.append(f"  specialisation index, {local[1]} − {local[0]}: {_iv(iv, '+.2e')} (the models after the "
+                         "local steps)")
+    lines.append("")
     lines.append("Could these have come out otherwise? That backup workers and proactive local steps raise the "
                  "throughput is set by the set-up (the baselines wait for two 8x stragglers every round); the "
                  "measurement is how much of it turns into lower loss at each scheme's best step. Staleness weighting "
                  "does not change the throughput; its claim is the open one.")
     lines.append("Each scheme runs at its own tuned step, so staleness weighting is no longer confounded with a smaller "
                  "mean step (hetero-divergence separates the two for the representations).")
-    lines.append("Synchronous methods hand every worker the same model each round, so their specialisation index is 0 "
-                 "by construction (the ±1e-7 printed is float32 rounding of CKA = 1); in ASGD the index measures how "
-                 "stale the workers' copies are, not specialisation.")
+    lines.append("Synchronous methods hand every worker the same model each round and compute one gradient there, so "
+                 "their specialisation index is 0 by construction (the ±1e-7 printed is float32 rounding of CKA = 1); "
+                 "in ASGD the index measures how stale the workers' copies are, not specialisation; local SGD's is "
+                 "how far its workers' own local steps take their models apart (on Dirichlet shards, their data "
+                 "differ).")
     return "\n".join(lines) + "\n"
 
 
@@ -202,52 +236,55 @@ def verdicts(d: dict) -> list:
              "verdict": c["verdict"],
              "evidence": f"loss difference {_iv(c['loss'])}; test accuracy {_iv(c['accuracy'], '+.3f')}"
                          + (f"; {c['why']}" if c["why"] else ""),
-             "conditions": f"{d['preset']}: {d['dataset']}, n = 8 with two 8x stragglers, i.i.d. shards, budget "
+             "conditions": f"{d['preset']}: {d['dataset']}, n = 8 with two 8x stragglers, {c['split']} shards, budget "
                            f"{d['horizon']:g}, each scheme's step bracketed on {len(d['tune_seeds'])} tuning seeds, "
                            f"{len(d['report_seeds'])} reported seeds (each resampling {', '.join(lab.SOURCES)}); "
                            "intervals conditional on the tuned steps"}
-            for c in claims_of(d)]
+            for split in d["rows"] for c in claims_of(d, split)]
 
 
 def plot_mitigation(d: dict, path: str) -> None:
     plt = pyplot()
 
-    names = list(d["rows"])
-    fig, ax = plt.subplots(1, 4, figsize=(18, 4.6), dpi=100)
+    splits = list(d["rows"])
+    fig, axes = plt.subplots(len(splits), 4, figsize=(18, 4.6 * len(splits)), dpi=100, squeeze=False)
     colors = ["tab:red", "tab:orange", "k", "tab:gray", "tab:green", "tab:olive"]
-    x = np.arange(len(names))
-    for a, key, label in ((ax[1], "throughput", "applied gradient steps per unit time"),
-                          (ax[2], "loss", "training loss at the budget (mean, seeds' range)"),
-                          (ax[3], "specialisation", "specialisation index (second half)")):
-        vals = [np.atleast_1d(d["rows"][n][key]) for n in names]
-        a.bar(x, [v.mean() for v in vals], color=colors[: len(names)])
-        a.errorbar(x, [v.mean() for v in vals], yerr=[[v.mean() - v.min() for v in vals], [v.max() - v.mean() for v in vals]],
-                   fmt="none", ecolor="k", capsize=3)
-        a.set_xticks(x)
-        a.set_xticklabels([n.replace(" + ", "\n+ ") for n in names], rotation=60, ha="right",
-                          fontsize=7)
-        a.set_title(label, fontsize=9)
-        a.grid(alpha=0.3, axis="y")
-    for n, c in zip(names, colors):
-        r = d["rows"][n]
-        ax[0].plot(r["time"], r["loss_curve"].mean(axis=0), color=c, label=f"{n} (γ = {r['bracket']['best']:.3g})")
-        ax[0].fill_between(r["time"], r["loss_curve"].min(axis=0), r["loss_curve"].max(axis=0), color=c, alpha=0.15)
-    ax[0].set_xlabel("simulated time")
-    ax[0].set_ylabel("training loss")
-    ax[0].set_yscale("log")
-    ax[0].legend(fontsize=6)
-    ax[0].grid(alpha=0.3)
+    for ax, split in zip(axes, splits):
+        rows_ = d["rows"][split]
+        names = list(rows_)
+        x = np.arange(len(names))
+        for a, key, label in ((ax[1], "throughput", "applied gradient steps per unit time"),
+                              (ax[2], "loss", "training loss at the budget (mean, seeds' range)"),
+                              (ax[3], "specialisation", "specialisation index of the models held (second half)")):
+            vals = [np.atleast_1d(rows_[n][key]) for n in names]
+            a.bar(x, [v.mean() for v in vals], color=colors[: len(names)])
+            a.errorbar(x, [v.mean() for v in vals], yerr=[[v.mean() - v.min() for v in vals],
+                                                          [v.max() - v.mean() for v in vals]],
+                       fmt="none", ecolor="k", capsize=3)
+            a.set_xticks(x)
+            a.set_xticklabels([n.replace(" + ", "\n+ ") for n in names], rotation=60, ha="right", fontsize=7)
+            a.set_title(f"{split}: {label}", fontsize=9)
+            a.grid(alpha=0.3, axis="y")
+        for n, c in zip(names, colors):
+            r = rows_[n]
+            ax[0].plot(r["time"], r["loss_curve"].mean(axis=0), color=c, label=f"{n} (γ = {r['bracket']['best']:.3g})")
+            ax[0].fill_between(r["time"], r["loss_curve"].min(axis=0), r["loss_curve"].max(axis=0), color=c, alpha=0.15)
+        ax[0].set_xlabel("simulated time")
+        ax[0].set_ylabel(f"training loss ({split} shards)")
+        ax[0].set_yscale("log")
+        ax[0].legend(fontsize=6)
+        ax[0].grid(alpha=0.3)
     fig.suptitle(f"each scheme at its own step, bracketed on tuning seeds; {len(d['report_seeds'])} reported seeds "
                  f"resampling {', '.join(lab.SOURCES)} ({d['preset']} preset)", fontsize=9)
     save_figure(fig, path)
 
 
 def rows(d: dict) -> list[dict]:
-    return [{"method": nm, "mitigation": r["group"], "on": r["on"], "gamma": float(r["bracket"]["best"]),
+    return [{"split": split, "method": nm, "mitigation": r["group"], "on": r["on"], "gamma": float(r["bracket"]["best"]),
              "interior": bool(r["bracket"]["interior"]), "seed": int(s), "throughput": float(r["throughput"][i]),
              "final_loss": float(r["loss"][i]), "test_accuracy": float(r["accuracy"][i]),
              "specialisation": float(r["specialisation"][i])}
-            for nm, r in d["rows"].items() for i, s in enumerate(d["report_seeds"])]
+            for split, rows_ in d["rows"].items() for nm, r in rows_.items() for i, s in enumerate(d["report_seeds"])]
 
 
 FIGURE = Figure("hetero-mitigation", "one mitigation at a time, each scheme at its bracketed step: throughput, loss, "

@@ -323,22 +323,40 @@ class Representations:
         return out
 
 
+def _end_delta(point, msg):
+    return jax.tree.map(jnp.subtract, point, msg)
+
+
+def _end_message(point, msg):
+    return msg
+
+
+def _end_worker_state(point, msg):
+    return msg.params
+
+
+_ENDS = {"delta": _end_delta, "end": _end_message, "worker_state": _end_worker_state}
+
+
 def local_end(kind: str) -> Callable:
     """``(point, message) -> params``: the model a worker holds at the end of its job, from the
     point it was handed and the message its job returns. ``kind``: "delta" (the job sends the
     pseudo-gradient Δ = start − end: local SGD, asynchronous local SGD), "end" (it sends its end
     point: FedAsync) or "worker_state" (elastic averaging's jobs return the worker's state, whose
-    ``params`` are the model it keeps)."""
-    if kind == "delta":
-        return lambda point, msg: jax.tree.map(jnp.subtract, point, msg)
-    if kind == "end":
-        return lambda point, msg: msg
-    if kind == "worker_state":
-        return lambda point, msg: msg.params
-    raise ValueError(f"local_end: kind must be 'delta', 'end' or 'worker_state'; got {kind!r}")
+    ``params`` are the model it keeps). The same function object for a kind each time, so that
+    telemetry built from it compares equal."""
+    if kind not in _ENDS:
+        raise ValueError(f"local_end: kind must be 'delta', 'end' or 'worker_state'; got {kind!r}")
+    return _ENDS[kind]
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+def _frozen_hparams(hparams: dict) -> tuple:
+    """A hashable copy of an algorithm's hyperparameters: (name, dtype, shape, values) per entry."""
+    return tuple(sorted((k, np.asarray(v).dtype.str, tuple(np.shape(v)), tuple(np.ravel(np.asarray(v)).tolist()))
+                        for k, v in hparams.items()))
+
+
+@dataclasses.dataclass(frozen=True)
 class AfterLocalSteps:
     """Telemetry of the models the workers hold *after their local steps* (issue 24, part 2): at
     every log point each worker runs its method's own job (``work``, with ``hparams``) from the
@@ -347,24 +365,33 @@ class AfterLocalSteps:
     :class:`Representations`) is computed on the resulting models, ``end(point, message)`` each
     (:func:`local_end`).
 
-    For methods whose workers run H local steps from a handed point (asynchronous local SGD,
-    FedAsync) the engine keeps only that point; the model at the end of the job the worker is
+    For methods whose workers run H local steps from a handed point (local SGD, asynchronous local
+    SGD, FedAsync) the engine keeps only that point; the model at the end of the job the worker is
     running is the one this recomputes, with the method's own steps and step sizes but minibatches
     of its own (``fold_in(key(seed), worker)``), not the job's: the same distribution, other draws.
-    For elastic averaging the starting point is the worker's persistent model."""
+    For elastic averaging the starting point is the worker's persistent model.
+
+    A value: two instances with equal parts (the hyperparameters compared by value) are equal and
+    hash alike, so runs that differ only in their seed share one compiled program."""
 
     inner: Callable
     work: Callable
-    hparams: dict
+    hparams: tuple  # _frozen_hparams(alg.hparams); AfterLocalSteps.of builds it
     fns: object
     end: Callable
     seed: int = 0
+
+    @classmethod
+    def of(cls, inner: Callable, alg, fns, kind: str, *, seed: int = 0) -> "AfterLocalSteps":
+        """For algorithm ``alg`` (its ``work`` and ``hparams``) on a problem with functions ``fns``;
+        ``kind`` as in :func:`local_end`."""
+        return cls(inner, alg.work, _frozen_hparams(alg.hparams), fns, local_end(kind), int(seed))
 
     def __call__(self, data, server, points) -> dict:
         from sim.core import WorkerOracle  # the engine's oracle: the worker's own shard, its own sampler
 
         n = jax.tree.leaves(points)[0].shape[0]
-        hp = {k: jnp.asarray(v) for k, v in self.hparams.items()}
+        hp = {k: jnp.asarray(np.asarray(v, dtype).reshape(shape)) for k, dtype, shape, v in self.hparams}
         keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(self.seed), i))(jnp.arange(n))
 
         def one(point, i, key):

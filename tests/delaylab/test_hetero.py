@@ -50,12 +50,14 @@ def test_mitigation_experiment_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch
     keep = ("ASGD", "synchronous + 2 backup workers")
     monkeypatch.setattr(hetero_mitigation, "mitigation_schemes",
                         lambda horizon: {k: v for k, v in real(horizon).items() if k in keep})
+    monkeypatch.setattr(hetero_mitigation, "SPLITS", ("dirichlet 1",))  # one split of the two: the same code path
     assert cli.main(["figure", "hetero-mitigation", "--quick", "--out", str(tmp_path)]) == 0
     text = (tmp_path / "hetero_mitigation.txt").read_text()
     with open(tmp_path / "hetero_mitigation.csv") as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 2 * 2  # two schemes, two reported seeds
     assert {r["seed"] for r in rows} == {"0", "1"}  # reported seeds, disjoint from the tuning seeds 10000, 10001
+    assert {r["split"] for r in rows} == {"dirichlet 1"}
     assert (tmp_path / "hetero_mitigation.png").stat().st_size > 10_000
 
     def col(method, name):
@@ -116,3 +118,20 @@ def test_frontier_runs_of_a_scheme_have_one_length_and_reach_the_budget():
         assert min(c.end_time for c in cut) > 0.9 * 60.0  # every seed reaches (nearly) the budget
         if h == 0.0:
             assert len(raw) > 1  # what the cut is for
+
+
+def test_matched_progress_reads_each_run_where_its_loss_reaches_the_levels():
+    """Two runs on one path at different speeds: b's loss falls twice as fast, and at every loss
+    level a's divergence is 3 times b's. Read at matched progress the ratio is 3 exactly, though at
+    equal times it is not."""
+    from paper_figures import hetero_divergence as hd
+
+    t = np.linspace(0.0, 1.0, 201)
+    loss_a, loss_b = np.exp(-t), np.exp(-2 * t)
+    div_a, div_b = 3 * 0.1 / loss_a, 0.1 / loss_b  # divergence as a function of the loss reached
+    x = hd.at_matched_progress(loss_a[None], div_a[None], loss_b[None], div_b[None])
+    assert x[0] == pytest.approx(np.log(3.0), abs=0.02)  # up to reading at log points
+    assert not np.isclose(np.mean(np.log(div_a / div_b)), np.log(3.0), atol=0.1)  # at equal times it differs
+    # runs that share no loss range give NaN, not a number
+    assert np.isnan(hd.at_matched_progress(np.array([[1.0, 0.9]]), np.ones((1, 2)), np.array([[0.5, 0.4]]),
+                                           np.ones((1, 2))))[0]

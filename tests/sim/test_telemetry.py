@@ -285,3 +285,39 @@ def test_worker_timing_leaves_out_the_releases_of_a_staleness_bound():
     np.testing.assert_allclose(r["acceptance"], [1.0, 1.0])
     np.testing.assert_allclose(r["compute_mean"], [1.0, 3.0])
     np.testing.assert_allclose(r["idle_fraction"], [3 / 7, 1 / 7])
+
+
+def test_after_local_steps_runs_each_workers_own_job_from_its_point():
+    """AfterLocalSteps against a plain loop written from the job's definition: H SGD steps from the
+    worker's point on its own noisy quadratic, step k on fold_in(fold_in(key(seed), i), k)."""
+    import algos
+    from sim import problems
+
+    prob = problems.random_quadratic(3, 4, seed=2, noise=0.3)
+    alg = algos.async_local_sgd(stepsize=0.5, local_stepsize=0.1, local_steps=3)
+    rng = np.random.default_rng(0)
+    points = jnp.asarray(rng.normal(size=(3, 4)))
+    seen = {}
+
+    def inner(data, server, models):
+        seen["models"] = models
+        return {}
+
+    tel = T.AfterLocalSteps.of(inner, alg, prob.fns, "delta", seed=7)
+    # a value: built again, equal and hashed alike (runs share one compiled program)
+    assert tel == T.AfterLocalSteps.of(inner, alg, prob.fns, "delta", seed=7) and hash(tel) == hash(
+        T.AfterLocalSteps.of(inner, alg, prob.fns, "delta", seed=7))
+    assert tel != T.AfterLocalSteps.of(inner, algos.async_local_sgd(stepsize=0.5, local_stepsize=0.2, local_steps=3),
+                                       prob.fns, "delta", seed=7)
+    tel(prob.data, points[0], points)
+    for i in range(3):
+        x = points[i]
+        key = jax.random.fold_in(jax.random.key(7), i)
+        for k in range(3):
+            _, g = prob.fns.value_and_grad(prob.data, x, i, jax.random.fold_in(key, k))
+            x = x - 0.1 * g
+        np.testing.assert_allclose(seen["models"][i], x, rtol=1e-12, atol=1e-14)
+    # "end" and "worker_state" read the message itself, or its params
+    assert T.local_end("end")(None, 3.0) == 3.0
+    with pytest.raises(ValueError, match="kind must be"):
+        T.local_end("gradient")
