@@ -6,8 +6,8 @@ All four train the same MLP (pixels → hidden → 10, ReLU) on MNIST-format dat
 where none is installed), n = 8 workers holding i.i.d. shards (identical data distributions:
 any difference between workers comes from timing alone), float32. The quick preset uses the
 first 8,000 training images average-pooled to 14×14; both presets use 5 seeds; the full preset 28×28 images,
-16,000 of them. In experiments 1 and 2 the seeds vary the minibatch draws only (one split, one
-initial model, one timing draw); experiments 3 and 4 use the claims harness (:mod:`delaylab.claims`):
+16,000 of them. In experiment 1 the seeds vary the minibatch draws only (one split, one
+initial model, one timing draw); experiment 2's seeds resample every source; experiments 3 and 4 use the claims harness (:mod:`delaylab.claims`):
 each seed draws its own split, initial model, job-time noise and minibatches (:data:`SOURCES`),
 and every scheme runs at its own step, bracketed on tuning seeds disjoint from the reported ones
 (:func:`tuned`).
@@ -20,7 +20,9 @@ and every scheme runs at its own step, bracketed on tuning seeds disjoint from t
    data-dependent durations (R = 1, a job's time ∝ the ink of the images it draws): are the
    long jobs the ones that drew hard examples (high loss under the final model)?
 2. ``divergence``: the slow workers' representation divergence over training, with and without
-   staleness weighting (FedAsync's polynomial s(δ) = (1 + δ)^(−1/2) on ASGD's step), R ∈ {1, 4, 16}.
+   staleness weighting (FedAsync's polynomial s(δ) = (1 + δ)^(−½) on ASGD's step), R ∈ {1, 4, 16},
+   read at matched progress; ``divergence_seeds`` seeds, each resampling every source
+   (:func:`seeded_problem`, :data:`SOURCES`).
 3. ``frontier``: test accuracy reached within a fixed simulated time, and time to a target
    accuracy, against the heterogeneity level h (τ_i = e^{h z_i}, z_i evenly spaced normal
    quantiles, scaled so that Σ 1/τ_i = n: the same total compute at every h), for synchronous

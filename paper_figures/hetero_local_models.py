@@ -24,8 +24,10 @@ the server's (cosine). Step sizes are each method's usual ones, not tuned (state
 
 The claim "fast workers become early-layer specialists" is read as: the fast workers' divergence
 relative to the slow workers' is larger in the first layer than in the last,
-s = log(div_fast/div_slow)|first − log(div_fast/div_slow)|last > 0, judged on s over seeds (95%
-Student-t interval; holds if above 0, does not hold if below, inconclusive otherwise). Seeds
+s = log(div_fast/div_slow)|first − log(div_fast/div_slow)|last, and more so the larger the speed
+gap: the effect s(R) − s(1), paired by seed (R = 1 is the control, the groups differing by label
+only), judged over seeds (95% Student-t interval; holds if above 0, does not hold if below,
+inconclusive otherwise); the headline is one :func:`claims.conjunction` over every cell. Seeds
 resample the split, the initial model, the job times and the minibatches (:data:`SOURCES`), and
 the minibatches of the recomputed jobs that read the workers' models (a stream of their own).
 """
@@ -149,24 +151,57 @@ def _ok(cell):
     return [r for r in cell if not r["diverged"]]
 
 
-def analyse(cell: list) -> dict:
-    """Per layer, log(div_fast/div_slow) and the cosine gap (fast − slow) over seeds, and s, the
-    first layer's log ratio minus the last's (module docstring)."""
+def _s(cell: list) -> np.ndarray:
+    """Per seed (in seed order; NaN where the run diverged): s = first layer's log(div_fast/div_slow)
+    minus the last layer's."""
+    out = []
+    for r in cell:
+        if r["diverged"]:
+            out.append(np.nan)
+            continue
+        first, last = r["layers"][0], r["layers"][-1]
+        out.append(np.log(r[f"div_{first}_fast"] / r[f"div_{first}_slow"])
+                   - np.log(r[f"div_{last}_fast"] / r[f"div_{last}_slow"]))
+    return np.array(out)
+
+
+def analyse(cell: list, control: list | None = None) -> dict:
+    """Per layer, log(div_fast/div_slow) and the cosine gap (fast − slow) over seeds; s; and, given
+    the R = 1 cell of the same method and split (``control``), the effect s(R) − s(1) paired by seed
+    with its verdicts: the claim (effect > 0) and layer-uniformity (|effect| ≤ log 1.5)."""
     runs = _ok(cell)
     layers = list(runs[0]["layers"])
     lr = {L: np.log(np.array([r[f"div_{L}_fast"] / r[f"div_{L}_slow"] for r in runs])) for L in layers}
     gap = {L: np.array([r[f"cos_{L}_fast"] - r[f"cos_{L}_slow"] for r in runs]) for L in layers}
-    s = lr[layers[0]] - lr[layers[-1]]
-    verdict, iv = claims.below(-s)
-    uniform, _ = claims.equal(s, UNIFORM_MARGIN)
-    return {"uniform": uniform, "layers": layers, "log_ratio": {L: claims.paired_interval(v) for L, v in lr.items()},
-            "cos_gap": {L: claims.paired_interval(v) for L, v in gap.items()}, "s": claims.paired_interval(s),
-            "verdict": verdict, "seeds": len(runs), "diverged": len(cell) - len(runs),
-            "accuracy": float(np.mean([r["accuracy"] for r in runs]))}
+    s = _s(cell)
+    out = {"layers": layers, "log_ratio": {L: claims.paired_interval(v) for L, v in lr.items()},
+           "cos_gap": {L: claims.paired_interval(v) for L, v in gap.items()},
+           "s": claims.paired_interval(s[np.isfinite(s)]), "seeds": len(runs), "diverged": len(cell) - len(runs),
+           "accuracy": float(np.mean([r["accuracy"] for r in runs]))}
+    if control is not None:
+        e = s - _s(control)
+        e = e[np.isfinite(e)]
+        out["effect"] = e
+        out["effect_interval"] = claims.paired_interval(e)
+        out["verdict"] = claims.below(-e)[0]
+        out["uniform"] = claims.equal(e, UNIFORM_MARGIN)[0]
+    return out
 
 
 def _iv(iv) -> str:
     return f"{iv.mean:+.3f} [{iv.lo:+.3f}, {iv.hi:+.3f}]"
+
+
+def judged(d: dict) -> list:
+    """(method, split, R, analysis) of every cell with R > 1, each against its R = 1 control."""
+    r1 = min(d["ratios"])
+    return [(m, sp, r, analyse(c, d["runs"][(m, sp, r1)])) for (m, sp, r), c in d["runs"].items() if r > r1]
+
+
+def headline(d: dict) -> tuple[str, list]:
+    """One :func:`claims.conjunction` over every judged cell's effect (holds when every cell holds;
+    does not hold when one fails at the Bonferroni level)."""
+    return claims.conjunction([(f"{m}, {sp}, R = {r:g}", "below", -a["effect"]) for m, sp, r, a in judged(d)])
 
 
 def findings(d: dict) -> str:
@@ -175,40 +210,53 @@ def findings(d: dict) -> str:
          "of training; steps untuned: EASGD η = 0.05, α = 0.1; async local SGD η_outer = 0.5, β = 0.5, η_local = 0.05; "
          "FedAsync α = 0.5, η_local = 0.05).",
          "Per layer: log(1−CKA of the fast workers / of the slow workers) and the probe-gradient cosine gap "
-         "(fast − slow), mean over seeds with 95% intervals; s = first layer's log ratio − last layer's.", ""]
-    words, uniform = [], []
+         "(fast − slow), mean over seeds with 95% intervals; s = first layer's log ratio − last layer's; the effect "
+         "of speed is s(R) − s(1), paired by seed (seeds are shared across R: the same split, initial model and "
+         "minibatch key, whose draws follow the event order, which R changes; the job-time noise draws are the same, "
+         "scaled by R).", ""]
+    effects = {(m, sp, r): a for m, sp, r, a in judged(d)}
     for (method, split, r), cell in d["runs"].items():
         a = analyse(cell)
-        parts = "; ".join(f"{L}: log ratio {_iv(a['log_ratio'][L])}, cos gap {_iv(a['cos_gap'][L])}"
-                          for L in a["layers"])
-        if r > 1:
-            uniform.append(a["uniform"])
-        L.append(f"{method}, {split}, R = {r:g} ({a['seeds']} seeds"
-                 + (f", {a['diverged']} diverged" if a["diverged"] else "") + f", test accuracy {a['accuracy']:.3f}): "
-                 f"{parts}; s {_iv(a['s'])} → fast workers early-layer specialists: {a['verdict']}; layer-uniform "
-                 f"within ×1.5: {a['uniform']}")
-        if r > 1:
-            words.append(a["verdict"])
+        parts = "; ".join(f"{L_}: log ratio {_iv(a['log_ratio'][L_])}, cos gap {_iv(a['cos_gap'][L_])}"
+                          for L_ in a["layers"])
+        line = (f"{method}, {split}, R = {r:g} ({a['seeds']} seeds"
+                + (f", {a['diverged']} diverged" if a["diverged"] else "") + f", test accuracy {a['accuracy']:.3f}): "
+                f"{parts}; s {_iv(a['s'])}")
+        if (method, split, r) in effects:
+            e = effects[(method, split, r)]
+            line += (f"; effect s(R) − s(1) {_iv(e['effect_interval'])} → fast workers early-layer specialists: "
+                     f"{e['verdict']}; layer-uniform within ×1.5: {e['uniform']}")
+        else:
+            line += " (the control)"
+        L.append(line)
+    verdict, parts = headline(d)
+    words = [p.verdict for p in parts]
+    uniform = [a["uniform"] for a in effects.values()]
     L.append("")
-    L.append(f"VERDICT — fast workers become early-layer specialists (every method, both splits, R > 1): "
-             f"{claims.all_of(words)} ({words.count(claims.HOLDS)} cells hold, {words.count(claims.FAILS)} do not, "
-             f"{words.count(claims.INCONCLUSIVE)} inconclusive of {len(words)}).")
-    L.append(f"Layer-uniform (|s| ≤ log 1.5, an equivalence margin: the fast/slow ratio differs by less than ×1.5 "
-             f"between the first and the last layer) in {uniform.count(claims.HOLDS)} of {len(uniform)} cells with "
-             f"R > 1 ({uniform.count(claims.FAILS)} not, the rest inconclusive). With {len(words)} cells judged at "
-             "5% each, about one \"holds\" is expected by chance alone if no cell has an effect.")
+    L.append(f"VERDICT — fast workers become early-layer specialists (every method, both splits, R > 1, against R = 1): "
+             f"{verdict} ({words.count(claims.HOLDS)} cells hold, {words.count(claims.FAILS)} do not at the "
+             f"Bonferroni level, {len(words) - words.count(claims.HOLDS) - words.count(claims.FAILS)} inconclusive of "
+             f"{len(words)}).")
+    L.append(f"Layer-uniform (|s(R) − s(1)| ≤ log 1.5, an equivalence margin: speed changes the fast/slow ratio of the "
+             f"first layer by less than ×1.5 relative to the last's) in {uniform.count(claims.HOLDS)} of {len(uniform)} "
+             f"cells ({uniform.count(claims.FAILS)} not, the rest inconclusive).")
     L.append("Reading: a log ratio above 0 means the fast workers' models are further from the server's than the slow "
-             "workers' in that layer; R = 1 is the control (no speed difference: ratios near 0). The claim needs the "
-             "ratio to grow from the last layer to the first, not merely to be non-zero.")
+             "workers' in that layer. s is symmetric between the groups (s > 0 may as well mean the slow workers' "
+             "divergence is relatively larger in the last layer); CKA is taken on activations, so the last layer's "
+             "includes what changed before it; and the MLP has two layers, so \"early against late\" is hidden "
+             "against logits. s already differs from 0 at R = 1, where the groups differ only by label (seed-to-seed "
+             "differences in the shards and the recomputed jobs' draws), which is why speed's effect is read "
+             "against it.")
     return "\n".join(L) + f"\n(preset {d['preset']}, computed in {float(d['seconds']):.0f} s)\n"
 
 
 def verdicts(d: dict) -> list:
-    words = [analyse(c)["verdict"] for (m, s, r), c in d["runs"].items() if r > 1]
+    verdict, parts = headline(d)
+    words = [p.verdict for p in parts]
     return [{"claim": "fast workers become early-layer specialists (methods with models of the workers' own)",
-             "verdict": claims.all_of(words),
+             "verdict": verdict,
              "evidence": f"{words.count(claims.HOLDS)} of {len(words)} cells hold, {words.count(claims.FAILS)} do not "
-                         "(s = first-layer − last-layer log divergence ratio, fast over slow)",
+                         "(s(R) − s(1), s = first-layer − last-layer log divergence ratio, fast over slow)",
              "conditions": f"EASGD, async local SGD (DN), FedAsync; i.i.d. and Dirichlet 1 shards; {d['dataset']} MLP, "
                            f"n = 8, R ∈ {{{', '.join(f'{r:g}' for r in d['ratios'])}}}; steps untuned; "
                            f"{d['preset']} preset"}]

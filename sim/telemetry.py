@@ -350,6 +350,14 @@ def local_end(kind: str) -> Callable:
     return _ENDS[kind]
 
 
+def log_point_key(seed: int, server) -> jax.Array:
+    """A key for one log point: ``key(seed)`` folded with the bits of the sum of the server model's
+    first leaf, so that every log point draws afresh (telemetry is not told which log point it is
+    at; the server model is different at each)."""
+    first = jnp.sum(jax.tree.leaves(server)[0]).astype(jnp.float32)
+    return jax.random.fold_in(jax.random.key(seed), jax.lax.bitcast_convert_type(first, jnp.uint32))
+
+
 def _frozen_hparams(hparams: dict) -> tuple:
     """A hashable copy of an algorithm's hyperparameters: (name, dtype, shape, values) per entry."""
     return tuple(sorted((k, np.asarray(v).dtype.str, tuple(np.shape(v)), tuple(np.ravel(np.asarray(v)).tolist()))
@@ -368,7 +376,8 @@ class AfterLocalSteps:
     For methods whose workers run H local steps from a handed point (local SGD, asynchronous local
     SGD, FedAsync) the engine keeps only that point; the model at the end of the job the worker is
     running is the one this recomputes, with the method's own steps and step sizes but minibatches
-    of its own (``fold_in(key(seed), worker)``), not the job's: the same distribution, other draws.
+    of its own (``fold_in(log_point_key(seed, server), worker)``: fresh at every log point), not the
+    job's: the same distribution, other draws.
     For elastic averaging the starting point is the worker's persistent model.
 
     A value: two instances with equal parts (the hyperparameters compared by value) are equal and
@@ -392,7 +401,7 @@ class AfterLocalSteps:
 
         n = jax.tree.leaves(points)[0].shape[0]
         hp = {k: jnp.asarray(np.asarray(v, dtype).reshape(shape)) for k, dtype, shape, v in self.hparams}
-        keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(self.seed), i))(jnp.arange(n))
+        keys = jax.vmap(lambda i: jax.random.fold_in(log_point_key(self.seed, server), i))(jnp.arange(n))
 
         def one(point, i, key):
             return self.end(point, self.work(hp, point, WorkerOracle(self.fns, data, i), key))

@@ -20,18 +20,20 @@ def _run(fast, slow):
     return out
 
 
-def test_specialisation_statistic_is_the_first_layers_ratio_over_the_last():
+def test_speed_effect_is_s_at_R_minus_s_at_R1_paired_by_seed():
     noise = [1.0, 1.1, 0.9, 1.05, 0.95]
-    # fast workers 3× further than slow in the first layer, equally far in the last: s = log 3
-    early = [_run((0.3 * e, 0.1), (0.1, 0.1 * e)) for e in noise]
-    a = hl.analyse(early)
-    assert a["s"].mean == pytest.approx(np.log(3) + 2 * np.mean(np.log(noise)), abs=1e-12)
-    assert a["verdict"] == claims.HOLDS
-    # the same ratio in every layer (staleness, uniform): not early-layer specialisation
-    uniform = [_run((0.3 * e, 0.3 * e), (0.1, 0.1)) for e in noise]
-    assert hl.analyse(uniform)["verdict"] != claims.HOLDS
-    late = [_run((0.1, 0.3 * e), (0.1, 0.1)) for e in noise]
-    assert hl.analyse(late)["verdict"] == claims.FAILS
+    control = [_run((0.1 * e, 0.1), (0.1, 0.1)) for e in noise]  # s = log e per seed
+    # at R: fast workers 3× further than slow in the first layer, equally far in the last, on top of the control's
+    early = [_run((0.3 * e, 0.1), (0.1, 0.1)) for e in noise]
+    a = hl.analyse(early, control)
+    np.testing.assert_allclose(a["effect"], np.log(3.0), rtol=1e-12)  # the seed's own offset cancels
+    assert a["verdict"] == claims.HOLDS and a["uniform"] == claims.FAILS
+    assert a["s"].mean == pytest.approx(np.log(3) + np.mean(np.log(noise)), abs=1e-12)
+    # the same s as its control: no effect of speed, layer-uniform
+    same = hl.analyse(control, control)
+    assert same["verdict"] == claims.INCONCLUSIVE and np.all(same["effect"] == 0)
+    late = [_run((0.1 * e, 0.3), (0.1, 0.1)) for e in noise]
+    assert hl.analyse(late, control)["verdict"] == claims.FAILS
 
 
 def test_figure_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):

@@ -309,10 +309,12 @@ def test_after_local_steps_runs_each_workers_own_job_from_its_point():
         T.AfterLocalSteps.of(inner, alg, prob.fns, "delta", seed=7))
     assert tel != T.AfterLocalSteps.of(inner, algos.async_local_sgd(stepsize=0.5, local_stepsize=0.2, local_steps=3),
                                        prob.fns, "delta", seed=7)
-    tel(prob.data, points[0], points)
+    server = points[0]
+    tel(prob.data, server, points)
+    tag = np.asarray(np.float32(np.sum(np.asarray(server)))).view(np.uint32)  # the log point's draw
     for i in range(3):
         x = points[i]
-        key = jax.random.fold_in(jax.random.key(7), i)
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(7), tag), i)
         for k in range(3):
             _, g = prob.fns.value_and_grad(prob.data, x, i, jax.random.fold_in(key, k))
             x = x - 0.1 * g
