@@ -67,10 +67,9 @@ def _run_parser(sub) -> None:
 
 
 def _cmd_run(args) -> int:
-    import json
-
     from delaylab import config as C
     from delaylab import runs
+    from sim import store
 
     flags = {k[4:]: v for k, v in vars(args).items() if k.startswith("set:") and v is not None}
     try:
@@ -87,15 +86,16 @@ def _cmd_run(args) -> int:
                 raise C.ConfigError(f"--resume {folder}: the config differs from the one the run was started with "
                                     "(saved → now):\n  " + "\n  ".join(diff))
             st = runs.status(folder)
-            if st["status"] == "complete":
-                print(f"{folder}: already complete", file=sys.stderr)
-                print(json.dumps(st) if args.json else f"final loss: {st['final_loss']}")
-                return 0
+            if st["status"] in runs.FINISHED:
+                print(f"{folder}: already finished ({st['status']})", file=sys.stderr)
+                print(store.dumps_json(st) if args.json else f"{st['status']}; final loss: {st['final_loss']}")
+                return runs.EXIT_DIVERGED if st["status"] == "diverged" else 0
             cfg, resume = saved, True
         else:
             cfg = C.read_toml(args.config) if args.config else C.RunConfig()
             cfg = C.from_flags(flags, base=cfg) if flags else cfg
             folder = args.out or os.path.join("out", "runs", cfg.name)
+            runs.check_out(folder, flag="--out" if args.out else "the default output folder")
             if os.path.exists(os.path.join(folder, "config.toml")):
                 st = runs.status(folder)["status"]
                 raise C.ConfigError(f"{folder} already holds a run ({st}); continue it with --resume {folder}, "
@@ -111,10 +111,14 @@ def _cmd_run(args) -> int:
         print(f"delaylab run: {err}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(summary, indent=2, default=float))
+        print(store.dumps_json(summary))
     else:
-        print(f"{cfg.name}: {summary['status']}, final loss {summary['final_loss']}; wrote {folder}")
-    return 0
+        where = ""
+        if "divergence" in summary:
+            dv = summary["divergence"]
+            where = f" at event {dv['event']} (worker {dv['worker']}, time {dv['time']:g}); last finite"
+        print(f"{cfg.name}: {summary['status']}{where}, final loss {summary['final_loss']}; wrote {folder}")
+    return runs.EXIT_DIVERGED if summary["status"] == "diverged" else 0
 
 
 def _cmd_figure(args) -> int:
@@ -164,13 +168,13 @@ def main(argv=None) -> int:
     if args.command == "run":
         return _cmd_run(args)
     if args.command == "show":
-        import json
-
         from delaylab import runs
+
+        from sim import store
 
         try:
             if args.json:
-                print(json.dumps(runs.status(args.folder), indent=2))
+                print(store.dumps_json(runs.status(args.folder)))
                 return 0
             return runs.show(args.folder, out=args.out)
         except (runs.RunError, ValueError) as err:

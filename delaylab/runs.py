@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from typing import Optional
 
 import numpy as np
@@ -137,28 +138,58 @@ def execute(cfg: C.RunConfig, folder: str, *, resume: bool = False, quiet: bool 
     final = {**_flatten_tree(result.params, "params"), **_flatten_tree(result.tail_average, "tail_average")}
     store.write_npz(os.path.join(folder, "final.npz"), final)
     loss = np.asarray(metrics["loss"], np.float64)
+    bad = np.asarray(result.diverged_at)
+    diverged = int(np.sum(bad >= 0))
     summary = {
-        "status": "complete",
+        # "complete"; "diverged" (a single run, or every run of a sweep); "partly diverged" (some runs
+        # of a sweep: "diverged_at" says which). Non-finite numbers are written as null (sim.store).
+        "status": ("complete" if diverged == 0 else
+                   "diverged" if diverged == bad.size else "partly diverged"),
         "name": cfg.name,
         "algorithm": cfg.algorithm,
         "sweep": cfg.is_sweep,
         "runs": len(cfg.stepsize) * cfg.seeds,
         "events": int(schedule.num_events),
         "end_time": schedule.end_time,
-        "final_loss": float(loss[..., -1]) if not cfg.is_sweep else np.nanmedian(loss[..., -1], axis=1).tolist(),
-        "diverged": int(np.sum(np.asarray(result.diverged_at) >= 0)),
+        # the last finite log point of each run (a diverged run's metrics stop before its bad event)
+        "final_loss": _last_finite(loss) if not cfg.is_sweep else _median_last(loss),
+        "diverged": diverged,
         "wall_seconds_this_process": wall,
         "resumed": bool(resume),
     }
+    if cfg.is_sweep:
+        summary["diverged_at"] = bad.tolist()  # [step sizes][seeds]: the event, −1 where the run did not diverge
+    elif result.divergence is not None:
+        dv = result.divergence
+        summary["divergence"] = {"event": dv.event, "worker": dv.worker, "time": dv.time}
     if "dist_optimum" in metrics:
-        d = np.asarray(metrics["dist_optimum"], np.float64)[..., -1]
-        summary["final_dist_optimum"] = float(d) if not cfg.is_sweep else np.nanmedian(d, axis=1).tolist()
+        d = np.asarray(metrics["dist_optimum"], np.float64)
+        summary["final_dist_optimum"] = _last_finite(d) if not cfg.is_sweep else _median_last(d)
     theory = _theory(cfg, problem, schedule, result)
     if theory is not None:
         summary["theory"] = theory
     store.write_json(os.path.join(folder, "summary.json"), summary)
     draw(folder)
     return summary
+
+
+EXIT_DIVERGED = 3  # `delaylab run`'s exit status when its run (or every run of its sweep) diverged
+DRAWN_UP_TO = 1e100  # figure.png leaves out values beyond this (a diverging run's last log points)
+
+
+def _last_finite(v: np.ndarray) -> float:
+    """The last finite value of a 1-D series (NaN if none)."""
+    v = np.asarray(v, np.float64).ravel()
+    ok = np.flatnonzero(np.isfinite(v))
+    return float(v[ok[-1]]) if ok.size else float("nan")
+
+
+def _median_last(v: np.ndarray) -> list:
+    """Per step size, the median over seeds of each run's last finite value ([H, S, logs] → [H])."""
+    last = np.apply_along_axis(_last_finite, -1, np.asarray(v, np.float64))
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: every seed diverged at once
+        return np.nanmedian(last, axis=1).tolist()
 
 
 def draw(folder: str, out: Optional[str] = None) -> str:
@@ -179,13 +210,21 @@ def draw(folder: str, out: Optional[str] = None) -> str:
     panels = ["loss"] + (["dist_optimum"] if "dist_optimum" in m else [])
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False)
     t = m["time"]
+    summary = {}
+    if os.path.exists(os.path.join(folder, "summary.json")):
+        with open(os.path.join(folder, "summary.json")) as fh:
+            summary = json.load(fh)
     for ax, key in zip(axes[0], panels):
         v = np.asarray(m[key], np.float64)
+        # a diverging run: its finite part is drawn, up to 1e100 (a log axis spanning more decades
+        # than that overflows matplotlib's tick locator; the divergence is marked instead)
+        v = np.where(np.isfinite(v) & (np.abs(v) < DRAWN_UP_TO), v, np.nan)
         if v.ndim == 1:
             ax.plot(t, v, lw=1.4, label=f"γ = {cfg.stepsize[0]:g}")
         else:
             for h, g in enumerate(cfg.stepsize):
-                with np.errstate(all="ignore"):
+                with np.errstate(all="ignore"), warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # log points after every seed diverged
                     med = np.nanmedian(v[h], axis=0)
                     lo, hi = np.nanpercentile(v[h], [10, 90], axis=0)
                 line, = ax.plot(t, med, lw=1.4, label=f"γ = {g:g}" + (f" (median of {v.shape[1]})" if v.shape[1] > 1 else ""))
@@ -196,9 +235,13 @@ def draw(folder: str, out: Optional[str] = None) -> str:
             ax.set_yscale("log")
         if key == "dist_optimum" and theory:
             for h, row in enumerate(theory["by_stepsize"]):
-                ax.axhline(row["dist_predicted_limit_to_optimum"], ls="--", lw=1, color=f"C{h}",
-                           label="theory: ‖x_q − x*‖" if h == 0 else None)
+                if row["dist_predicted_limit_to_optimum"] is not None:
+                    ax.axhline(row["dist_predicted_limit_to_optimum"], ls="--", lw=1, color=f"C{h}",
+                               label="theory: ‖x_q − x*‖" if h == 0 else None)
             ax.legend(fontsize=8)
+        if "divergence" in summary:
+            ax.axvline(summary["divergence"]["time"], color="r", ls=":", lw=1.2,
+                       label=f"diverged at event {summary['divergence']['event']}")
         ax.set_xlabel("simulated time")
         ax.set_ylabel({"loss": "F(x)", "dist_optimum": "‖x − x*‖"}[key])
         ax.grid(alpha=0.3)
@@ -213,20 +256,47 @@ def draw(folder: str, out: Optional[str] = None) -> str:
     return path
 
 
+FINISHED = ("complete", "diverged", "partly diverged")  # a summary.json's statuses
+
+
+def check_out(folder: str, *, flag: str = "--out") -> None:
+    """Refuse, before anything is built or compiled, an output folder that cannot be one: a path
+    that is a file, one whose parent folder is missing, or one that cannot be written."""
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise RunError(f"{flag} {folder!r} is a file, not a folder; give a folder to write the run into")
+    parent = os.path.dirname(os.path.abspath(folder))
+    if not os.path.isdir(parent):
+        raise RunError(f"{flag} {folder!r}: its parent folder {parent!r} does not exist; create it first")
+    target = folder if os.path.isdir(folder) else parent
+    if not os.access(target, os.W_OK | os.X_OK):
+        raise RunError(f"{flag} {folder!r}: {target!r} is not writable")
+
+
 def status(folder: str) -> dict:
-    """What the folder holds: complete, interrupted (segments done of how many) or empty."""
+    """What the folder holds: finished (complete or diverged), interrupted (segments done of how
+    many) or not started. A summary or checkpoint that cannot be read (truncated, or written by
+    another version) raises :class:`RunError` saying so; the folder is not touched."""
     from sim import checkpoint as ckpt
 
-    if os.path.exists(os.path.join(folder, "summary.json")):
-        with open(os.path.join(folder, "summary.json")) as fh:
-            return json.load(fh)
+    summary = os.path.join(folder, "summary.json")
+    if os.path.exists(summary):
+        try:
+            with open(summary) as fh:
+                return json.load(fh)
+        except (OSError, ValueError) as err:
+            raise RunError(f"{summary} cannot be read ({err}); the folder was left as it is") from None
     path = os.path.join(folder, CHECKPOINT)
     if os.path.exists(path):
-        with np.load(path, allow_pickle=False) as f:
-            done = int(f["done"])
-        fp = ckpt.read_fingerprint(path)
-        return {"status": "interrupted", "segments_done": done, "chunks": fp["plan"]["chunks"],
-                "segment": fp["plan"]["segment"]}
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                done = int(f["done"])
+            fp = ckpt.read_fingerprint(path)
+            return {"status": "interrupted", "segments_done": done, "chunks": fp["plan"]["chunks"],
+                    "segment": fp["plan"]["segment"]}
+        except Exception as err:  # a truncated zip, a missing entry, another version's layout
+            raise RunError(f"{path} cannot be read ({type(err).__name__}: {err}): truncated, or written by "
+                           "another version; the folder was left as it is (delete the checkpoint to start "
+                           "the run again)") from None
     return {"status": "not started"}
 
 
@@ -256,15 +326,21 @@ def show(folder: str, *, out: Optional[str] = None, stream=None) -> int:
         w(f" (segments done: {st['segments_done']}; resume with `delaylab run --resume {folder}`)\n")
         return 0
     w("\n")
-    if st["status"] == "complete":
+    if st["status"] in FINISHED:
+        if "divergence" in st:
+            dv = st["divergence"]
+            w(f"  diverged at event {dv['event']} (worker {dv['worker']}, simulated time {dv['time']:g}); "
+              "the numbers below are from the last finite log point\n")
         w(f"  final loss: {st['final_loss']}\n")
         if "final_dist_optimum" in st:
             w(f"  final ‖x − x*‖: {st['final_dist_optimum']}\n")
         if st.get("diverged"):
             w(f"  diverged runs: {st['diverged']}\n")
         for row in st.get("theory", {}).get("by_stepsize", []):
-            w(f"  γ = {row['stepsize']:g}: tail average to the predicted limit {row['dist_tail_to_predicted_limit']:.3g}, "
-              f"to x* {row['dist_tail_to_optimum']:.3g} (limit to x*: {row['dist_predicted_limit_to_optimum']:.3g})\n")
+            num = {k: "n/a" if row[k] is None else f"{row[k]:.3g}" for k in
+                   ("dist_tail_to_predicted_limit", "dist_tail_to_optimum", "dist_predicted_limit_to_optimum")}
+            w(f"  γ = {row['stepsize']:g}: tail average to the predicted limit {num['dist_tail_to_predicted_limit']}, "
+              f"to x* {num['dist_tail_to_optimum']} (limit to x*: {num['dist_predicted_limit_to_optimum']})\n")
         path = draw(folder, out)
         w(f"  figure: {path}\n")
     return 0

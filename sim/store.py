@@ -12,12 +12,13 @@ import csv
 import importlib.metadata
 import io
 import json
+import math
 import os
 import platform
 import subprocess
 import sys
 import tempfile
-from typing import Mapping
+from typing import Mapping, Optional
 
 import numpy as np
 
@@ -84,19 +85,32 @@ def atomic_write(path: str, data: bytes) -> None:
 
 
 def _jsonable(obj):
+    """``obj`` with arrays and NumPy scalars as lists and numbers, and every non-finite float
+    (NaN, ±inf) as ``None``: the JSON this project writes is strict (RFC 8259 has no NaN or
+    Infinity; Python's ``json.loads(..., parse_constant=...)`` and every other strict parser refuse
+    them). A file that can hold such a number says why beside it (a run's ``status`` is
+    "diverged", with where)."""
     if isinstance(obj, Mapping):
         return {str(k): _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_jsonable(v) for v in obj]
     if isinstance(obj, np.ndarray):
-        return obj.tolist()
+        return _jsonable(obj.tolist())
     if isinstance(obj, np.generic):
-        return obj.item()
+        return _jsonable(obj.item())
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
     return obj
 
 
+def dumps_json(obj, *, indent: Optional[int] = 2) -> str:
+    """Strict JSON of ``obj`` (:func:`_jsonable`: non-finite numbers as null); every JSON file and
+    every ``--json`` output of the project goes through here."""
+    return json.dumps(_jsonable(obj), indent=indent, allow_nan=False, ensure_ascii=False)
+
+
 def write_json(path: str, obj) -> None:
-    atomic_write(path, (json.dumps(_jsonable(obj), indent=2, allow_nan=True) + "\n").encode())
+    atomic_write(path, (dumps_json(obj) + "\n").encode())
 
 
 def write_csv(path: str, rows: list[dict], *, fieldnames=None) -> None:
