@@ -11,9 +11,21 @@ def _show(value: np.ndarray) -> str:
     return text if flat.size <= 8 else text[:-1] + ", ...]"
 
 
+def as_numbers(name: str, value, argument: str) -> np.ndarray:
+    """``value`` as a float64 array, or a ValueError naming the argument (a string, None, a bool or a
+    ragged list is not a number: numpy's own message would not say which argument it was)."""
+    if isinstance(value, (bool, np.bool_, str, bytes)) or value is None or (
+            isinstance(value, (list, tuple)) and any(isinstance(v, (bool, str, bytes)) or v is None for v in value)):
+        raise ValueError(f"{name}: {argument} must be a number (or numbers); got {value!r}")
+    try:
+        return np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name}: {argument} must be a number (or numbers); got {value!r} ({err})") from None
+
+
 def check_stepsize(name: str, value, *, argument: str = "stepsize") -> None:
     """Step sizes must be finite and non-negative (a sweep axis is allowed)."""
-    arr = np.asarray(value, dtype=np.float64)
+    arr = as_numbers(name, value, argument)
     if not np.all(np.isfinite(arr)) or np.any(arr < 0):
         raise ValueError(
             f"{name}: {argument} must be finite and >= 0; got {_show(arr)}"
@@ -22,7 +34,7 @@ def check_stepsize(name: str, value, *, argument: str = "stepsize") -> None:
 
 def check_taus(name: str, taus, num_workers: int | None = None, *, argument: str = "taus") -> None:
     """τ vectors must be positive, finite, and have one entry per worker (last axis)."""
-    arr = np.asarray(taus, dtype=np.float64)
+    arr = as_numbers(name, taus, argument)
     if arr.ndim == 0:
         raise ValueError(f"{name}: {argument} must be a vector with one entry per worker; got a scalar")
     if not np.all(np.isfinite(arr)) or np.any(arr <= 0):

@@ -674,9 +674,9 @@ def run_verify(out_dir: str | None, *, as_json: bool, names=None, figure=None, q
             if not quiet:
                 _progress(f"figure: {fig_path}")
     if as_json:
-        import json
+        from sim import store
 
-        print(json.dumps(rows if report is None else {"checks": rows, "mutants": report.as_dict()}, indent=2))
+        print(store.dumps_json(rows if report is None else {"checks": rows, "mutants": report.as_dict()}))
     else:
         print(theory.format_table(checks))
         print("\n" + theory.summary_line(checks))

@@ -255,6 +255,15 @@ def quadratic(A, b, *, x0=None, noise: float = 0.0, dtype=None) -> Problem:
 def random_quadratic(num_workers: int, dim: int, *, diagonal: bool = False, condition: float = 10.0,
                      spread: float = 1.0, noise: float = 0.0, seed: int = 0, dtype=None) -> Problem:
     """Random heterogeneous quadratics: eigenvalues in [1, condition], b_i ~ N(0, spread² I)."""
+    from sim.schedules.schedule import as_numbers
+
+    for arg, v in (("num_workers", num_workers), ("dim", dim)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"random_quadratic: {arg} must be a positive integer; got {v!r}")
+    for arg, v, lo in (("condition", condition, 1.0), ("spread", spread, 0.0), ("noise", noise, 0.0)):
+        x = as_numbers(v, f"random_quadratic: {arg}")
+        if x.ndim != 0 or not np.isfinite(x) or x < lo:
+            raise ValueError(f"random_quadratic: {arg} must be a finite number >= {lo:g}; got {v!r}")
     rng = np.random.default_rng(seed)
     b = spread * rng.standard_normal((num_workers, dim))
     if diagonal:

@@ -14,7 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
-from sim.schedules.schedule import _check_count, _check_taus, _short
+from sim.schedules.schedule import _check_count, _check_taus, _short, as_numbers
 
 NOISE_KINDS = ("exponential", "lognormal", "uniform", "halfnormal")
 
@@ -75,7 +75,7 @@ class RandomTiming:
         object.__setattr__(self, "taus", taus)
         if self.noise not in NOISE_KINDS:
             raise ValueError(f"noise must be one of {NOISE_KINDS}; got {self.noise!r}")
-        scale = np.broadcast_to(np.asarray(self.scale, dtype=np.float64), taus.shape).copy()
+        scale = np.broadcast_to(as_numbers(self.scale, "scale"), taus.shape).copy()
         if not np.all(np.isfinite(scale)) or np.any(scale < 0):
             raise ValueError(f"scale must be finite and >= 0 (one value or one per worker); got {_short(scale)}")
         object.__setattr__(self, "scale", scale)
