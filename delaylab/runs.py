@@ -108,6 +108,11 @@ def execute(cfg: C.RunConfig, folder: str, *, resume: bool = False, quiet: bool 
     problem = C.build_problem(cfg)
     schedule = C.build_schedule(cfg)
     alg, grid = C.build_algorithm(cfg, schedule)
+    if resume:
+        stale = store.remove_stale_temporaries(folder)
+        if stale and not quiet:
+            print(f"{folder}: removed {len(stale)} temporary file(s) an interrupted write left behind "
+                  f"({', '.join(stale)}); the files they were to replace are whole", file=sys.stderr)
     if not resume:
         store.atomic_write(os.path.join(folder, "config.toml"), C.to_toml(cfg).encode())
         store.open_run_folder(folder, cfg.to_dict())

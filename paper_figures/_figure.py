@@ -97,6 +97,10 @@ class Parts:
                  out_dir: Optional[str] = None):
         self.directory, self.code, self.conv, self.label, self.quiet = directory, code, conv, label, quiet
         self.out_dir = out_dir
+        stale = store.remove_stale_temporaries(directory) if directory is not None else []
+        if stale:
+            self.say(f"removed {len(stale)} temporary file(s) a stopped run left in {directory} (a part is "
+                     "renamed into place only once written: none was half-written)")
         if directory is not None and os.path.isdir(directory) and any(f.endswith(".npz") for f in os.listdir(directory)):
             self.say(f"resuming; finished parts of an earlier stopped run are in {directory} "
                      "(a part whose code or inputs differ is recomputed)")

@@ -71,9 +71,25 @@ def environment() -> dict:
     }
 
 
+TMP_PREFIX = ".tmp-"  # atomic_write's temporary files: a process killed mid-write leaves one behind
+
+
+def remove_stale_temporaries(folder: str) -> list:
+    """Delete the temporary files a killed process left in ``folder`` (:func:`atomic_write` writes
+    under a temporary name and renames; a SIGKILL between the two leaves the temporary, never a
+    half-written file under the real name). Call it only where no other process is writing into
+    the folder (a resumed run or figure owns it). Returns the names removed."""
+    if not os.path.isdir(folder):
+        return []
+    stale = sorted(f for f in os.listdir(folder) if f.startswith(TMP_PREFIX))
+    for f in stale:
+        os.unlink(os.path.join(folder, f))
+    return stale
+
+
 def atomic_write(path: str, data: bytes) -> None:
     folder = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=TMP_PREFIX)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

@@ -45,6 +45,26 @@ def _npz(path):
         return {k: f[k] for k in f.files}
 
 
+def _kill_after(args, ckpt_path: str, segments: int) -> int:
+    """Start `delaylab ARGS`, SIGKILL it once its checkpoint holds ``segments`` finished segments;
+    returns the count the checkpoint holds after the kill."""
+    proc = subprocess.Popen([sys.executable, "-m", "delaylab", *args], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if os.path.exists(ckpt_path):
+            try:
+                if int(_npz(ckpt_path)["done"]) >= segments:
+                    break
+            except (OSError, ValueError, KeyError):  # replaced while being read: try again
+                pass
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed part-way"
+    return int(_npz(ckpt_path)["done"])
+
+
 def test_sigkilled_run_resumes_to_the_same_bits(tmp_path, capsys):
     whole, killed = str(tmp_path / "whole"), str(tmp_path / "killed")
     # the uninterrupted run, with --json: the summary on stdout, the progress bar (forced on from
@@ -55,25 +75,13 @@ def test_sigkilled_run_resumes_to_the_same_bits(tmp_path, capsys):
     assert summary["status"] == "complete" and summary["events"] == 75000
     assert "75000/75000" in done.stderr.split("\r")[-1]  # the progress bar's last line: every event done
 
-    proc = subprocess.Popen([sys.executable, "-m", "delaylab", "run", "--out", killed, "--quiet", *LONG], cwd=ROOT,
-                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # killed twice, at segment counts drawn from a seeded generator (about 31 segments in all),
+    # resumed in between, and a temporary file of an interrupted write planted before the last resume
+    first, second = sorted(np.random.default_rng(25).choice(np.arange(2, 24), size=2, replace=False))
+    second = max(second, first + 3)
     ckpt_path = os.path.join(killed, "checkpoint.npz")
-    deadline = time.monotonic() + 300
-    segments_done = 0
-    while time.monotonic() < deadline and proc.poll() is None:
-        if os.path.exists(ckpt_path):
-            try:
-                segments_done = int(_npz(ckpt_path)["done"])
-            except (OSError, ValueError, KeyError):  # replaced while being read: try again
-                segments_done = 0
-            if segments_done >= 3:
-                break
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed part-way"
-    at_kill = int(_npz(ckpt_path)["done"])
-    assert 3 <= at_kill < 31  # 151 log chunks in segments of 5: 31 segments
+    at_kill = _kill_after(["run", "--out", killed, "--quiet", *LONG], ckpt_path, first)
+    assert first <= at_kill < 31  # 151 log chunks in segments of 5: 31 segments
     assert not os.path.exists(os.path.join(killed, "summary.json"))
 
     # what runs nothing runs in this process (each subprocess starts JAX anew)
@@ -81,8 +89,13 @@ def test_sigkilled_run_resumes_to_the_same_bits(tmp_path, capsys):
     shown = capsys.readouterr().out
     assert "interrupted" in shown and "--resume" in shown
 
-    resumed = _cli("run", "--resume", killed, "--quiet")
+    again = _kill_after(["run", "--resume", killed, "--quiet"], ckpt_path, second)
+    assert at_kill < again < 31
+    with open(os.path.join(killed, ".tmp-stale0001"), "wb") as fh:
+        fh.write(b"half a checkpoint")
+    resumed = _cli("run", "--resume", killed)
     assert resumed.returncode == 0, resumed.stderr
+    assert "removed 1 temporary file(s)" in resumed.stderr and not os.path.exists(os.path.join(killed, ".tmp-stale0001"))
     a, b = _npz(os.path.join(whole, "final.npz")), _npz(os.path.join(killed, "final.npz"))
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
     a, b = _npz(os.path.join(whole, "metrics.npz")), _npz(os.path.join(killed, "metrics.npz"))
