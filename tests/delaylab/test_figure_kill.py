@@ -1,4 +1,4 @@
-"""A figure killed (SIGKILL) while it writes its parts, at points drawn from a seeded generator,
+"""A figure killed (SIGKILL) while it writes its parts, at a point drawn from a seeded generator,
 resumes to the same outputs as a run never interrupted (issue 25, part 5); a part is never
 half-written (written under a temporary name, then renamed), and a temporary file a kill leaves is
 removed, with a note, when the figure resumes."""
@@ -21,7 +21,7 @@ SCRIPT = """
 import sys
 from delaylab import cli
 from paper_figures import hetero_difficulty as hd
-hd.PRESETS["test"] = hd.Preset("test", train=600, test=200, pool=1, hidden=8, batch=4, workers=8, events=3000,
+hd.PRESETS["test"] = hd.Preset("test", train=600, test=200, pool=1, hidden=8, batch=4, workers=8, events=1500,
                                seeds=2, step=0.05)
 sys.exit(cli.main(["figure", "hetero-difficulty", "--preset", "test", "--out", sys.argv[1]]))
 """
@@ -48,11 +48,11 @@ def test_a_killed_figure_resumes_to_the_same_outputs(tmp_path):
     whole, killed = str(tmp_path / "whole"), str(tmp_path / "killed")
     done = _figure(whole)
     assert done.returncode == 0, done.stderr
-    first, second = sorted(np.random.default_rng(7).choice(np.arange(1, 7), size=2, replace=False))
+    # one kill, after a number of parts drawn from a seeded generator (the run test kills twice; each
+    # subprocess here costs its own start and compilation, about 7 s)
+    first = int(np.random.default_rng(7).integers(1, 7))
     n1 = _figure(killed, kill_after=first)
     assert first <= n1 < 8
-    n2 = _figure(killed, kill_after=max(second, n1 + 1))
-    assert n1 < n2 < 8
     parts = os.path.join(killed, ".parts", "hetero-difficulty_test")
     with open(os.path.join(parts, ".tmp-stale0001"), "wb") as fh:
         fh.write(b"half a part")
