@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from theory.arguments import as_numbers as _as_numbers
+
 
 def _show(value: np.ndarray) -> str:
     flat = np.ravel(value)
@@ -12,15 +14,8 @@ def _show(value: np.ndarray) -> str:
 
 
 def as_numbers(name: str, value, argument: str) -> np.ndarray:
-    """``value`` as a float64 array, or a ValueError naming the argument (a string, None, a bool or a
-    ragged list is not a number: numpy's own message would not say which argument it was)."""
-    if isinstance(value, (bool, np.bool_, str, bytes)) or value is None or (
-            isinstance(value, (list, tuple)) and any(isinstance(v, (bool, str, bytes)) or v is None for v in value)):
-        raise ValueError(f"{name}: {argument} must be a number (or numbers); got {value!r}")
-    try:
-        return np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{name}: {argument} must be a number (or numbers); got {value!r} ({err})") from None
+    """``value`` as a float64 array, or a ValueError naming ``name: argument``."""
+    return _as_numbers(value, f"{name}: {argument}")
 
 
 def check_stepsize(name: str, value, *, argument: str = "stepsize") -> None:

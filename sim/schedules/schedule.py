@@ -8,6 +8,8 @@ import hashlib
 
 import numpy as np
 
+from theory.arguments import as_numbers
+
 
 # --- validation helpers ---------------------------------------------------------------------
 
@@ -16,18 +18,6 @@ def _short(arr: np.ndarray) -> str:
     flat = np.ravel(arr)
     text = np.array2string(flat[:8], precision=6, separator=", ")
     return text if flat.size <= 8 else text[:-1] + ", ...]"
-
-
-def as_numbers(value, argument: str) -> np.ndarray:
-    """``value`` as a float64 array, or a ValueError naming ``argument`` (a string, None, a bool or a
-    ragged list is not a number, and numpy's own message would not say which argument it was)."""
-    if isinstance(value, (bool, np.bool_, str, bytes)) or value is None or (
-            isinstance(value, (list, tuple)) and any(isinstance(v, (bool, str, bytes)) or v is None for v in value)):
-        raise ValueError(f"{argument} must be a number (or numbers); got {value!r}")
-    try:
-        return np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{argument} must be a number (or numbers); got {value!r} ({err})") from None
 
 
 def _check_taus(taus, argument: str = "taus") -> np.ndarray:
