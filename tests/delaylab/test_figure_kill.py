@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 
+from tests.conftest import SUITE_XLA_FLAGS
 from tests.delaylab.test_run_cli import ROOT, _env
 
 pytestmark = pytest.mark.slow
@@ -29,10 +30,13 @@ sys.exit(cli.main(["figure", "hetero-difficulty", "--preset", "test", "--out", s
 
 def _figure(out: str, *, kill_after: int | None = None) -> subprocess.CompletedProcess | int:
     args = [sys.executable, "-c", SCRIPT, out]
+    # the suite's XLA settings (fast compiling): these runs are tiny, compiling is most of their time;
+    # every process of the test compiles alike, so their bits compare
+    env = {**_env(), "XLA_FLAGS": SUITE_XLA_FLAGS}
     if kill_after is None:
-        return subprocess.run(args, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+        return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     parts = os.path.join(out, ".parts", "hetero-difficulty_test")
-    proc = subprocess.Popen(args, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
         if os.path.isdir(parts) and sum(f.endswith(".npz") for f in os.listdir(parts)) >= kill_after:
@@ -44,10 +48,15 @@ def _figure(out: str, *, kill_after: int | None = None) -> subprocess.CompletedP
     return sum(f.endswith(".npz") for f in os.listdir(parts))
 
 
-def test_a_killed_figure_resumes_to_the_same_outputs(tmp_path):
+def test_a_killed_figure_resumes_to_the_same_outputs(tmp_path, monkeypatch):
     whole, killed = str(tmp_path / "whole"), str(tmp_path / "killed")
-    done = _figure(whole)
-    assert done.returncode == 0, done.stderr
+    # the uninterrupted run in this process (the suite's XLA settings, as the subprocesses have)
+    from delaylab import cli
+    from paper_figures import hetero_difficulty as hd
+
+    monkeypatch.setitem(hd.PRESETS, "test", hd.Preset("test", train=600, test=200, pool=1, hidden=8, batch=4,
+                                                      workers=8, events=1500, seeds=2, step=0.05))
+    assert cli.main(["figure", "hetero-difficulty", "--preset", "test", "--out", whole]) == 0
     # one kill, after a number of parts drawn from a seeded generator (the run test kills twice; each
     # subprocess here costs its own start and compilation, about 7 s)
     first = int(np.random.default_rng(7).integers(1, 7))

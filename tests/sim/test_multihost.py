@@ -14,6 +14,7 @@ import time
 import numpy as np
 import pytest
 
+from tests.conftest import SUITE_XLA_FLAGS
 from tests.delaylab.test_run_cli import ROOT, _env
 
 pytestmark = pytest.mark.slow
@@ -46,7 +47,8 @@ def _free_port() -> int:
 
 
 def _start(pid, n, port, out, events, heartbeat=10):
-    env = {**_env(), "XLA_FLAGS": ""}  # one CPU device per process, whatever the suite's flags emulate
+    # one CPU device per process (no emulated devices), compiled fast as the suite compiles
+    env = {**_env(), "XLA_FLAGS": SUITE_XLA_FLAGS}
     return subprocess.Popen([sys.executable, "-c", WORKER, str(pid), str(n), str(port), str(out), str(events),
                              str(heartbeat)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
