@@ -51,6 +51,9 @@ def _run_parser(sub) -> None:
                     "into a folder (config, versions, git revision, checkpoint, metrics, figure). Settings come "
                     "from CONFIG (TOML: top-level keys, [problem], [schedule]) and then from the flags below; "
                     "lists are comma-separated (--stepsize 0.01,0.02).",
+        epilog="exit status: 0 finished (a sweep in which only some runs diverged included); 2 refused before "
+               "running (a bad setting, path or checkpoint); 3 the run, or every run of the sweep, diverged "
+               "(a result: summary.json says where); 130 interrupted (resume with --resume DIR)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("config", nargs="?", help="a TOML file (README, \"Long runs\", has an example)")
     r.add_argument("--out", default=None, help="the run folder (default: out/runs/NAME)")
