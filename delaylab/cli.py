@@ -98,6 +98,8 @@ def _cmd_run(args) -> int:
             cfg = C.read_toml(args.config) if args.config else C.RunConfig()
             cfg = C.from_flags(flags, base=cfg) if flags else cfg
             folder = args.out or os.path.join("out", "runs", cfg.name)
+            if not args.out:  # the default folder's parents are this project's to create
+                os.makedirs(os.path.dirname(folder), exist_ok=True)
             runs.check_out(folder, flag="--out" if args.out else "the default output folder")
             if os.path.exists(os.path.join(folder, "config.toml")):
                 st = runs.status(folder)["status"]
@@ -124,6 +126,16 @@ def _cmd_run(args) -> int:
     return runs.EXIT_DIVERGED if summary["status"] == "diverged" else 0
 
 
+def _not_a_folder(path: str, flag: str = "--out"):
+    """One line if ``path`` cannot be an output folder (it, or a folder above it, is a file)."""
+    p = os.path.abspath(path)
+    while p and not os.path.exists(p):
+        p = os.path.dirname(p)
+    if p and not os.path.isdir(p):
+        return f"{flag} {path!r}: {p!r} is a file, not a folder"
+    return None
+
+
 def _cmd_figure(args) -> int:
     import jax
 
@@ -132,6 +144,10 @@ def _cmd_figure(args) -> int:
     jax.config.update("jax_enable_x64", True)
     fig = paper_figures.figure(args.name)
     out = args.out or f"out/figures/{args.name}"
+    bad = _not_a_folder(out)
+    if bad:
+        print(f"delaylab figure: {bad}", file=sys.stderr)
+        return 2
     if args.redraw is not None:
         if args.quick or args.preset is not None:
             print("delaylab figure: --redraw takes the preset from the .npz it reads; drop --quick/--preset",
@@ -192,6 +208,10 @@ def main(argv=None) -> int:
             print(f"{verify.ORBIT_SCENARIO:15s} finite-step orbit of every rule vs the exact cycle map (1e-8)")
             print(f"{verify.NOISE_SCENARIO:15s} noise floors of vanilla and Rescaled vs V σ²/(4Γ), and their ratio τ_A/τ_H")
             return 0
+        bad = None if args.no_out else _not_a_folder(args.out)
+        if bad:
+            print(f"delaylab verify: {bad}", file=sys.stderr)
+            return 2
         try:
             import paper_figures
 

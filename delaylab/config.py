@@ -11,6 +11,7 @@ or ``seeds > 1`` make the run a sweep (one compiled call for all of them).
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 import typing
 from typing import Any, Optional
@@ -162,6 +163,9 @@ def _coerce(cls, name: str, value, where: str):
     raise ConfigError(f"{label}: unsupported field type {want}")
 
 
+MAX_EVENTS = 50_000_000  # a run's schedule lives in host memory: 5e7 events is about 5 GB
+
+
 def _check(cfg: RunConfig) -> RunConfig:
     from delaylab import registry
 
@@ -177,24 +181,30 @@ def _check(cfg: RunConfig) -> RunConfig:
     if len(s.taus) != p.workers:
         raise ConfigError(f"schedule.taus has {len(s.taus)} entries but problem.workers is {p.workers}; "
                           "give one mean duration per worker")
+    fin = math.isfinite
     checks = [
-        ("stepsize", all(g > 0 for g in cfg.stepsize), "every step size must be > 0"),
-        ("seeds", cfg.seeds >= 1, "must be >= 1"),
+        ("stepsize", all(g > 0 and fin(g) for g in cfg.stepsize), "every step size must be finite and > 0"),
+        ("seeds", 1 <= cfg.seeds <= 10**6, "must be in [1, 10^6]"),
         ("log_every", cfg.log_every >= 0, "must be >= 0 (0: about 100 log points)"),
         ("segment", cfg.segment >= 0, "must be >= 0 (0: about 20 segments)"),
         ("checkpoint_every", cfg.checkpoint_every >= 0, "must be >= 0 seconds"),
         ("problem.workers", p.workers >= 1, "must be >= 1"),
         ("problem.dim", p.dim >= 1, "must be >= 1"),
-        ("problem.condition", p.condition >= 1, "must be >= 1"),
+        ("problem.condition", 1 <= p.condition <= 1e12, "must be in [1, 1e12] (beyond, the eigenvalues lose meaning)"),
         ("problem.samples", p.samples >= 1, "must be >= 1"),
         ("problem.batch", p.batch >= 1, "must be >= 1"),
         ("problem.hidden", p.hidden >= 1, "must be >= 1"),
-        ("problem.noise", p.noise >= 0, "must be >= 0"),
-        ("schedule.taus", all(t > 0 for t in s.taus), "every τ_i must be > 0"),
-        ("schedule.events", s.events >= max(1, p.workers if s.policy == "sync" else 1),
-         "must be >= 1 (sync: >= workers, one round)"),
+        ("problem.noise", p.noise >= 0 and fin(p.noise), "must be finite and >= 0"),
+        ("problem.spread", p.spread >= 0 and fin(p.spread), "must be finite and >= 0"),
+        ("problem.heterogeneity", p.heterogeneity >= 0 and fin(p.heterogeneity) and p.heterogeneity <= 1e6,
+         "must be in [0, 1e6]"),
+        ("problem.l2", p.l2 >= 0 and fin(p.l2), "must be finite and >= 0"),
+        ("schedule.taus", all(1e-300 < t and fin(t) for t in s.taus), "every τ_i must be finite and > 1e-300"),
+        ("schedule.events", max(1, p.workers if s.policy == "sync" else 1) <= s.events <= MAX_EVENTS,
+         f"must be >= 1 (sync: >= workers, one round) and at most {MAX_EVENTS:.0e} (the schedule is held in "
+         "memory, about 100 bytes an event)"),
         ("schedule.failures", 0 <= s.failures < 1, "must be in [0, 1)"),
-        ("schedule.scale", s.scale >= 0, "must be >= 0"),
+        ("schedule.scale", s.scale >= 0 and fin(s.scale), "must be finite and >= 0"),
     ]
     for name, ok, what in checks:
         if not ok:

@@ -24,6 +24,7 @@ import os
 import sys
 import time
 import warnings
+import zipfile
 from typing import Optional
 
 import numpy as np
@@ -104,15 +105,8 @@ def execute(cfg: C.RunConfig, folder: str, *, resume: bool = False, quiet: bool 
     jax.config.update("jax_enable_x64", bool(cfg.x64))
     import sim
 
+    problem, schedule, alg, grid = prepare(cfg)  # before anything is written: a refusal leaves no folder
     os.makedirs(folder, exist_ok=True)
-    problem = C.build_problem(cfg)
-    schedule = C.build_schedule(cfg)
-    alg, grid = C.build_algorithm(cfg, schedule)
-    if resume:
-        stale = store.remove_stale_temporaries(folder)
-        if stale and not quiet:
-            print(f"{folder}: removed {len(stale)} temporary file(s) an interrupted write left behind "
-                  f"({', '.join(stale)}); the files they were to replace are whole", file=sys.stderr)
     if not resume:
         store.atomic_write(os.path.join(folder, "config.toml"), C.to_toml(cfg).encode())
         store.open_run_folder(folder, cfg.to_dict())
@@ -175,7 +169,30 @@ def execute(cfg: C.RunConfig, folder: str, *, resume: bool = False, quiet: bool 
         summary["theory"] = theory
     store.write_json(os.path.join(folder, "summary.json"), summary)
     draw(folder)
+    if resume:  # only once the resumed run has finished: a refused resume leaves the folder as it was
+        stale = store.remove_stale_temporaries(folder)
+        if stale and not quiet:
+            print(f"{folder}: removed {len(stale)} temporary file(s) an interrupted write left behind "
+                  f"({', '.join(stale)}); the files they were to replace were whole", file=sys.stderr)
     return summary
+
+
+def prepare(cfg: C.RunConfig):
+    """(problem, schedule, algorithm, step grid) of ``cfg``, built as ``execute`` builds them, before
+    anything is compiled or written. A value the builders refuse (they raise ValueError or TypeError
+    naming the argument), a numerical failure while building (numpy's LinAlgError) or a size that
+    does not fit in memory becomes a :class:`RunError`, one line."""
+    try:
+        problem = C.build_problem(cfg)
+        schedule = C.build_schedule(cfg)
+        alg, grid = C.build_algorithm(cfg, schedule)
+    except MemoryError as err:
+        raise RunError(f"the configuration does not fit in memory while building it ({err}); reduce "
+                       "schedule.events, problem.dim, problem.workers or seeds") from None
+    except (ValueError, TypeError) as err:
+        msg = " ".join(str(err).split())
+        raise RunError(f"the configuration cannot be built: {msg}") from None
+    return problem, schedule, alg, grid
 
 
 EXIT_DIVERGED = 3  # `delaylab run`'s exit status when its run (or every run of its sweep) diverged
@@ -256,8 +273,12 @@ def draw(folder: str, out: Optional[str] = None) -> str:
                  f"{cfg.schedule.policy}{band}", fontsize=10)
     fig.tight_layout()
     path = out or os.path.join(folder, "figure.png")
-    fig.savefig(path, dpi=110)
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=110, format="png")
     plt.close(fig)
+    store.atomic_write(path, buf.getvalue())  # a kill while drawing leaves the previous figure whole
     return path
 
 
@@ -271,10 +292,30 @@ def check_out(folder: str, *, flag: str = "--out") -> None:
         raise RunError(f"{flag} {folder!r} is a file, not a folder; give a folder to write the run into")
     parent = os.path.dirname(os.path.abspath(folder))
     if not os.path.isdir(parent):
-        raise RunError(f"{flag} {folder!r}: its parent folder {parent!r} does not exist; create it first")
+        what = "is not a folder" if os.path.exists(parent) else "does not exist; create it first"
+        raise RunError(f"{flag} {folder!r}: its parent {parent!r} {what}")
     target = folder if os.path.isdir(folder) else parent
-    if not os.access(target, os.W_OK | os.X_OK):
-        raise RunError(f"{flag} {folder!r}: {target!r} is not writable")
+    try:  # by trying: os.access says yes to root, and /proc or /sys refuse whatever the bits say
+        import tempfile
+
+        fd, probe = tempfile.mkstemp(dir=target, prefix=".tmp-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise RunError(f"{flag} {folder!r}: {target!r} cannot be written ({err.strerror})") from None
+
+
+def _summary_problem(st) -> str:
+    """What is wrong with a parsed summary.json ('' if nothing)."""
+    if not isinstance(st, dict) or "status" not in st:
+        return "no status"
+    if st["status"] not in FINISHED:
+        return f"status {st['status']!r} is not one of {list(FINISHED)}"
+    missing = [k for k in ("final_loss", "diverged") if k not in st]
+    if "divergence" in st and not (isinstance(st["divergence"], dict)
+                                   and {"event", "worker", "time"} <= set(st["divergence"])):
+        missing.append("divergence's event, worker and time")
+    return f"missing {', '.join(missing)}" if missing else ""
 
 
 def status(folder: str) -> dict:
@@ -287,17 +328,24 @@ def status(folder: str) -> dict:
     if os.path.exists(summary):
         try:
             with open(summary) as fh:
-                return json.load(fh)
+                st = json.load(fh)
         except (OSError, ValueError) as err:
             raise RunError(f"{summary} cannot be read ({err}); the folder was left as it is") from None
+        problem = _summary_problem(st)
+        if problem:
+            raise RunError(f"{summary} is not a summary delaylab run wrote ({problem}); the folder was left as it is")
+        return st
     path = os.path.join(folder, CHECKPOINT)
     if os.path.exists(path):
         try:
             with np.load(path, allow_pickle=False) as f:
                 done = int(f["done"])
             fp = ckpt.read_fingerprint(path)
-            return {"status": "interrupted", "segments_done": done, "chunks": fp["plan"]["chunks"],
-                    "segment": fp["plan"]["segment"]}
+            chunks, segment = fp["plan"]["chunks"], fp["plan"]["segment"]
+            total = -(-int(chunks) // int(segment)) if int(segment) > 0 else None
+            if done < 0 or (total is not None and done > total):
+                raise ValueError(f"it says {done} segments are done, of {total}")
+            return {"status": "interrupted", "segments_done": done, "chunks": chunks, "segment": segment}
         except Exception as err:  # a truncated zip, a missing entry, another version's layout
             raise RunError(f"{path} cannot be read ({type(err).__name__}: {err}): truncated, or written by "
                            "another version; the folder was left as it is (delete the checkpoint to start "
@@ -312,8 +360,12 @@ def show(folder: str, *, out: Optional[str] = None, stream=None) -> int:
     cfg = C.read_toml(os.path.join(folder, "config.toml"))
     env = {}
     if os.path.exists(os.path.join(folder, "environment.json")):
-        with open(os.path.join(folder, "environment.json")) as fh:
-            env = json.load(fh)
+        try:
+            with open(os.path.join(folder, "environment.json")) as fh:
+                env = json.load(fh)
+        except (OSError, ValueError) as err:
+            raise RunError(f"{os.path.join(folder, 'environment.json')} cannot be read ({err})") from None
+        env = env if isinstance(env, dict) else {}
     st = status(folder)
     p, s = cfg.problem, cfg.schedule
     w = stream.write
@@ -346,6 +398,12 @@ def show(folder: str, *, out: Optional[str] = None, stream=None) -> int:
                    ("dist_tail_to_predicted_limit", "dist_tail_to_optimum", "dist_predicted_limit_to_optimum")}
             w(f"  γ = {row['stepsize']:g}: tail average to the predicted limit {num['dist_tail_to_predicted_limit']}, "
               f"to x* {num['dist_tail_to_optimum']} (limit to x*: {num['dist_predicted_limit_to_optimum']})\n")
-        path = draw(folder, out)
+        if out is not None and not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+            raise RunError(f"--out {out!r}: its folder does not exist")
+        try:
+            path = draw(folder, out)
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as err:  # a truncated metrics.npz, a bad config
+            raise RunError(f"{folder}: the figure cannot be drawn from its files ({type(err).__name__}: "
+                           f"{' '.join(str(err).split())})") from None
         w(f"  figure: {path}\n")
     return 0

@@ -272,12 +272,11 @@ class Figure:
         path = os.path.join(out_dir, f"{stem}.png")
         self.plot(data, path)
         store.write_csv(os.path.join(out_dir, f"{stem}.csv"), self.rows(data))
-        with open(os.path.join(out_dir, f"{stem}.txt"), "w") as fh:
-            fh.write(self.findings(data))
+        store.atomic_write(os.path.join(out_dir, f"{stem}.txt"), self.findings(data).encode())
         if self.verdicts is not None:
             rows = [{"figure": self.name, "stem": stem, **{k: str(r[k]) for k in VERDICT_KEYS}} for r in self.verdicts(data)]
-            with open(os.path.join(out_dir, f"{stem}.verdicts.json"), "w") as fh:
-                fh.write(json.dumps(rows, indent=1, ensure_ascii=False, allow_nan=False) + "\n")
+            store.atomic_write(os.path.join(out_dir, f"{stem}.verdicts.json"),
+                               (json.dumps(rows, indent=1, ensure_ascii=False, allow_nan=False) + "\n").encode())
         if fresh:  # everything is written; the parts were only there to resume a stopped run
             Parts(os.path.join(out_dir, ".parts", f"{self.name}_{preset}"), code="", conv=None, label=self.name,
                   quiet=True).remove()

@@ -260,10 +260,11 @@ def random_quadratic(num_workers: int, dim: int, *, diagonal: bool = False, cond
     for arg, v in (("num_workers", num_workers), ("dim", dim)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"random_quadratic: {arg} must be a positive integer; got {v!r}")
-    for arg, v, lo in (("condition", condition, 1.0), ("spread", spread, 0.0), ("noise", noise, 0.0)):
+    for arg, v, lo, hi in (("condition", condition, 1.0, 1e12), ("spread", spread, 0.0, np.inf),
+                           ("noise", noise, 0.0, np.inf)):
         x = as_numbers(v, f"random_quadratic: {arg}")
-        if x.ndim != 0 or not np.isfinite(x) or x < lo:
-            raise ValueError(f"random_quadratic: {arg} must be a finite number >= {lo:g}; got {v!r}")
+        if x.ndim != 0 or not np.isfinite(x) or not lo <= x <= hi:
+            raise ValueError(f"random_quadratic: {arg} must be a finite number in [{lo:g}, {hi:g}]; got {v!r}")
     rng = np.random.default_rng(seed)
     b = spread * rng.standard_normal((num_workers, dim))
     if diagonal:

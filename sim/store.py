@@ -87,11 +87,35 @@ def remove_stale_temporaries(folder: str) -> list:
     return stale
 
 
+_WRITES: dict = {}  # how many times each path was written in this process (for the test hook below)
+
+
+def _killed_mid_write(path: str, fh, data: bytes) -> None:
+    """A test hook: with ``DELAYLAB_TEST_KILL_MID_WRITE=NAME:K`` in the environment, the K-th write
+    (default 1) of a file whose name ends with NAME stops halfway with SIGKILL, the way a kill that
+    lands mid-write would: the tests check that no reader ever sees half a file."""
+    spec = os.environ.get("DELAYLAB_TEST_KILL_MID_WRITE")
+    if not spec:
+        return
+    name, _, k = spec.partition(":")
+    if not path.endswith(name):
+        return
+    _WRITES[path] = _WRITES.get(path, 0) + 1
+    if _WRITES[path] == int(k or 1):
+        import signal
+
+        fh.write(data[: len(data) // 2])
+        fh.flush()
+        os.fsync(fh.fileno())
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def atomic_write(path: str, data: bytes) -> None:
     folder = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=TMP_PREFIX)
     try:
         with os.fdopen(fd, "wb") as fh:
+            _killed_mid_write(path, fh, data)
             fh.write(data)
         os.replace(tmp, path)
     except BaseException:

@@ -24,8 +24,10 @@ def _check_taus(taus, argument: str = "taus") -> np.ndarray:
     arr = as_numbers(taus, argument)
     if arr.ndim != 1 or arr.size == 0:
         raise ValueError(f"{argument} must be a non-empty 1-D vector (one entry per worker); got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
-        raise ValueError(f"{argument} must be positive and finite; got {_short(arr)}")
+    with np.errstate(divide="ignore", over="ignore"):
+        rates = 1.0 / arr
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0) or not np.all(np.isfinite(rates)):
+        raise ValueError(f"{argument} must be positive and finite, and 1/τ finite too; got {_short(arr)}")
     return arr
 
 

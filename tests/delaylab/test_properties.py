@@ -16,7 +16,8 @@ from delaylab import config as C
 from sim import problems, schedules
 
 # derandomized (the same examples on every run, as the suite's numbers are) and no example database
-SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True, database=None)
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+                derandomize=True, database=None)
 
 # strings a user might type for a value, valid and not
 WORDS = st.sampled_from(["nan", "inf", "-inf", "-1", "0", "1", "2", "3.5", "1e309", "1e-320", "-0", "abc", "",
@@ -35,26 +36,82 @@ def _small(cfg) -> bool:
     return cfg.schedule.events <= 100_000 and cfg.problem.workers <= 64 and cfg.problem.dim <= 2_000
 
 
+EXTREMES = st.sampled_from(["5e-324", "1e308", "-1e308", "1e12", "1e13", "100000000", "50000001", "0.0", "4",
+                             "1,2,3,4", "1,nan,2,3", "0.5", "0.01,0.02"])
+VALUES = st.one_of(WORDS, EXTREMES, st.text(alphabet="0123456789.,-einaf ", max_size=6))
+SETTABLE = [f for f in FLAGS if f != "problem.kind"]
+
+
+def _default(flag: str) -> str:
+    """The flag's default value as one would type it (so that some draws are valid ones)."""
+    obj = C.RunConfig()
+    for part in flag.split("."):
+        obj = getattr(obj, part)
+    if isinstance(obj, bool):
+        return "true" if obj else "false"
+    if isinstance(obj, tuple):
+        return ",".join(str(v) for v in obj)
+    return str(obj)
+
+
+# a flag and a value: its default half of the time (so that some examples get as far as building),
+# else a drawn one
+FLAG_VALUE = st.sampled_from(SETTABLE).flatmap(lambda f: st.tuples(st.just(f), st.one_of(st.just(_default(f)), VALUES)))
+
+
 @settings(max_examples=150, **SETTINGS)
-@given(flag=st.sampled_from(FLAGS), value=st.one_of(WORDS, st.text(max_size=6)))
+@given(kind=st.sampled_from(["quadratic", "logistic", "mlp"]),
+       flags=st.lists(FLAG_VALUE, min_size=1, max_size=3, unique_by=lambda fv: fv[0]).map(dict))
+def test_command_line_values_run_or_are_refused_in_one_line(kind, flags, tmp_path_factory, monkeypatch):
+    """`delaylab run` with 1-3 settings drawn on top of a problem kind: it gets to the point of running
+    (everything built: problem, schedule, algorithm) or exits 2 with one line on stderr, from the
+    project's own checks. The run itself is replaced by the building (no compiling), so that each
+    example takes milliseconds."""
+    import contextlib
+    import io
+
+    from delaylab import cli, runs
+
+    built = {}
+
+    def build_only(cfg, folder, *, resume=False, quiet=False):
+        built["parts"] = runs.prepare(cfg)
+        return {"status": "complete", "final_loss": 0.0}
+
+    monkeypatch.setattr(runs, "execute", build_only)
+    out = str(tmp_path_factory.mktemp("run") / "r")
+    argv = ["run", "--out", out, "--quiet", "--problem.kind", kind]
+    for name, value in flags.items():
+        argv.append(f"--{name}={value}")  # "=": a value may start with "-"
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        rc = cli.main(argv)
+    msg = err.getvalue()
+    if rc == 0:
+        assert "parts" in built and msg == ""
+        return
+    assert rc == 2, (argv, msg)
+    assert msg.startswith("delaylab run: ") and msg.count("\n") == 1, (argv, msg)
+    named = [n for f in flags for n in (f, f.split(".")[-1])] + ["problem.kind", "the configuration"]
+    assert any(n in msg for n in named), (argv, msg)
+
+
+@settings(max_examples=50, **SETTINGS)
+@given(flag=st.sampled_from(FLAGS), value=VALUES)
 def test_flag_values_are_accepted_or_refused_naming_the_flag(flag, value):
     try:
-        cfg = C.from_flags({flag: value})
+        C.from_flags({flag: value})
     except C.ConfigError as err:
         _one_line_naming(err, flag, flag.split(".")[-1])
-        return
-    if not _small(cfg):
-        return
-    try:  # building is what runs before compiling: it must refuse what the run would choke on
-        schedule = C.build_schedule(cfg)
-        C.build_algorithm(cfg, schedule)
-        C.build_problem(cfg)
-    except (C.ConfigError, ValueError, TypeError) as err:
-        _one_line_naming(err, flag, flag.split(".")[-1])
 
 
-SCALARS = st.one_of(st.integers(-3, 10**6), st.floats(allow_nan=True, allow_infinity=True), st.booleans(),
-                    st.text(alphabet="abcxyz01 ,.-", max_size=5), st.lists(st.floats(-5, 20), max_size=5))
+FIELD_VALUES = st.one_of(st.integers(-3, 10**6), st.floats(allow_nan=True, allow_infinity=True), st.booleans(),
+                         st.text(alphabet="abcxyz01 ,.-", max_size=5), st.lists(st.floats(-5, 20), max_size=5))
+VALID = {"": {"stepsize": [0.01], "seeds": 2, "algorithm": "asgd", "log_every": 10, "x64": True, "seed": 3},
+         "problem": {"dim": 5, "workers": 4, "noise": 0.1, "condition": 10.0, "kind": "quadratic"},
+         "schedule": {"taus": [1.0, 2.0, 3.0, 4.0], "events": 200, "noise": "none", "policy": "async"}}
+TOML_FIELDS = [(table, key) for table, fields in VALID.items() for key in fields] + [("", "bogus"),
+                                                                                    ("problem", "nope")]
 
 
 def _value(v) -> str:
@@ -71,38 +128,43 @@ def _value(v) -> str:
 
 
 def _toml(doc: dict) -> str:
-    """A TOML document of top-level keys, then one-level tables."""
-    top = [f"{k} = {_value(v)}" for k, v in doc.items() if not isinstance(v, dict)]
-    tables = [f"[{k}]\n" + "\n".join(f"{kk} = {_value(vv)}" for kk, vv in v.items())
-              for k, v in doc.items() if isinstance(v, dict)]
+    """A TOML document: top-level keys (table ""), then one-level tables."""
+    top = [f"{k} = {_value(v)}" for k, v in doc.get("", {}).items()]
+    tables = [f"[{t}]\n" + "\n".join(f"{k} = {_value(v)}" for k, v in fields.items())
+              for t, fields in doc.items() if t]
     return "\n".join(top) + "\n" + "\n".join(tables) + "\n"
 
 
+def _valid(field):
+    table, key = field
+    return VALID.get(table, {}).get(key)
+
+
+CHANGE = st.sampled_from(TOML_FIELDS).flatmap(
+    lambda f: st.tuples(st.just(f), FIELD_VALUES if _valid(f) is None else st.one_of(st.just(_valid(f)), FIELD_VALUES)))
+
+
 @settings(max_examples=150, **SETTINGS)
-@given(doc=st.dictionaries(st.sampled_from(["stepsize", "seeds", "algorithm", "events", "problem", "schedule",
-                                            "log_every", "bogus", "x64", "seed"]),
-                           st.one_of(SCALARS, st.dictionaries(st.sampled_from(["dim", "workers", "taus", "noise",
-                                                                              "kind", "events", "nope"]),
-                                                              SCALARS, max_size=3)),
-                           max_size=4))
-def test_toml_documents_are_accepted_or_refused_in_one_line(doc, tmp_path_factory):
-    path = tmp_path_factory.mktemp("toml") / "run.toml"
+@given(changes=st.lists(CHANGE, min_size=1, max_size=3, unique_by=lambda c: c[0]).map(dict))
+def test_toml_documents_are_accepted_or_refused_naming_the_field(changes, tmp_path_factory):
+    """A valid document with 1-3 fields replaced by drawn values (or unknown fields added): read and
+    built, or refused with one line naming a field that was changed."""
+    from delaylab import runs
+
+    doc = {t: dict(fields) for t, fields in VALID.items()}
+    for (table, key), value in changes.items():
+        doc[table][key] = value
     text = _toml(doc)
     tomllib.loads(text)  # the generator writes well-formed TOML (a parse error here is the test's bug)
+    path = tmp_path_factory.mktemp("toml") / "run.toml"
     path.write_text(text)
     try:
         cfg = C.read_toml(str(path))
-    except C.ConfigError as err:
-        msg = str(err)
-        assert msg and len(msg.strip().splitlines()) <= 1, msg
-        return
-    if _small(cfg):
-        try:
-            schedule = C.build_schedule(cfg)
-            C.build_algorithm(cfg, schedule)
-            C.build_problem(cfg)
-        except (ValueError, TypeError) as err:
-            assert len(str(err).strip().splitlines()) <= 1, str(err)
+        if _small(cfg):
+            runs.prepare(cfg)
+    except (C.ConfigError, runs.RunError) as err:
+        names = [k for _, k in changes] + ["configuration", "schedule.taus"]  # taus: checked against workers
+        _one_line_naming(err, *names)
 
 
 NUMBERS = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=64), st.integers(-5, 50), st.booleans(),

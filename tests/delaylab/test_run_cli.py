@@ -3,6 +3,7 @@ same final bits as a run that was never interrupted."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -95,7 +96,9 @@ def test_sigkilled_run_resumes_to_the_same_bits(tmp_path, capsys):
         fh.write(b"half a checkpoint")
     resumed = _cli("run", "--resume", killed)
     assert resumed.returncode == 0, resumed.stderr
-    assert "removed 1 temporary file(s)" in resumed.stderr and not os.path.exists(os.path.join(killed, ".tmp-stale0001"))
+    # the planted file, and any a kill left mid-write
+    assert re.search(r"removed \d+ temporary file", resumed.stderr), resumed.stderr
+    assert not [f for f in os.listdir(killed) if f.startswith(".tmp-")]
     a, b = _npz(os.path.join(whole, "final.npz")), _npz(os.path.join(killed, "final.npz"))
     assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
     a, b = _npz(os.path.join(whole, "metrics.npz")), _npz(os.path.join(killed, "metrics.npz"))
@@ -139,7 +142,7 @@ def test_run_folder_from_toml_holds_config_versions_metrics_and_figure(tmp_path,
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--stepsize", "-1"], "stepsize: every step size must be > 0"),
+    (["--stepsize", "-1"], "stepsize: every step size must be finite and > 0"),
     (["--algorithm", "nope"], "algorithm: unknown 'nope'"),
     (["--schedule.taus", "1,2"], "schedule.taus has 2 entries but problem.workers is 4"),
     (["--problem.dim", "x"], "problem.dim: expected int"),

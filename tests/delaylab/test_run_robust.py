@@ -80,3 +80,50 @@ def test_unreadable_checkpoint_is_reported_and_the_folder_left_alone(tmp_path, c
     assert cli.main(["show", out]) == 2
     capsys.readouterr()
     assert {f: open(os.path.join(out, f), "rb").read() for f in os.listdir(out)} == before
+
+
+def test_a_kill_in_the_middle_of_a_checkpoint_write_leaves_the_previous_one_whole(tmp_path):
+    """The process is killed halfway through writing its second checkpoint (the store's test hook):
+    the first checkpoint is read as it was, the half-written one is only a temporary file, and the
+    resumed run ends with the same bits as an uninterrupted one."""
+    import re
+
+    from tests.delaylab.test_run_cli import _cli, _npz
+
+    args = ["--quiet", "--schedule.events", "4000", "--segment", "10", "--checkpoint_every", "0"]
+    whole, killed = str(tmp_path / "whole"), str(tmp_path / "killed")
+    assert _cli("run", "--out", whole, *args).returncode == 0
+    died = _cli("run", "--out", killed, *args, env={"DELAYLAB_TEST_KILL_MID_WRITE": "checkpoint.npz:2"})
+    assert died.returncode == -9, died.stderr  # SIGKILL, mid-write
+    leftovers = [f for f in os.listdir(killed) if f.startswith(".tmp-")]
+    assert len(leftovers) == 1
+    assert int(_npz(os.path.join(killed, "checkpoint.npz"))["done"]) == 1  # the first, whole
+    resumed = _cli("run", "--resume", killed)
+    assert resumed.returncode == 0, resumed.stderr
+    assert re.search(r"removed \d+ temporary file", resumed.stderr)
+    assert not [f for f in os.listdir(killed) if f.startswith(".tmp-")]
+    a, b = _npz(os.path.join(whole, "final.npz")), _npz(os.path.join(killed, "final.npz"))
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_summaries_and_figures_that_are_not_what_run_wrote_are_refused_in_one_line(tmp_path, capsys):
+    out = str(tmp_path / "run")
+    assert cli.main(["run", "--out", out, "--quiet", "--schedule.events", "300"]) == 0
+    capsys.readouterr()
+    good = open(os.path.join(out, "summary.json")).read()
+    for bad in ("{}", "[]", '{"status": "complete"}', '{"status": "odd", "final_loss": 1, "diverged": 0}'):
+        with open(os.path.join(out, "summary.json"), "w") as fh:
+            fh.write(bad)
+        for argv in (["show", out], ["run", "--resume", out]):
+            assert cli.main(argv) == 2, (argv, bad)
+            err = capsys.readouterr().err
+            assert err.count("\n") == 1 and "not a summary delaylab run wrote" in err, err
+    with open(os.path.join(out, "summary.json"), "w") as fh:
+        fh.write(good)
+    assert cli.main(["show", out, "--out", str(tmp_path / "no" / "fig.png")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    with open(os.path.join(out, "metrics.npz"), "r+b") as fh:
+        fh.truncate(100)
+    assert cli.main(["show", out]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot be drawn" in err
