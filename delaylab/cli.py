@@ -126,16 +126,6 @@ def _cmd_run(args) -> int:
     return runs.EXIT_DIVERGED if summary["status"] == "diverged" else 0
 
 
-def _not_a_folder(path: str, flag: str = "--out"):
-    """One line if ``path`` cannot be an output folder (it, or a folder above it, is a file)."""
-    p = os.path.abspath(path)
-    while p and not os.path.exists(p):
-        p = os.path.dirname(p)
-    if p and not os.path.isdir(p):
-        return f"{flag} {path!r}: {p!r} is a file, not a folder"
-    return None
-
-
 def _cmd_figure(args) -> int:
     import jax
 
@@ -144,7 +134,9 @@ def _cmd_figure(args) -> int:
     jax.config.update("jax_enable_x64", True)
     fig = paper_figures.figure(args.name)
     out = args.out or f"out/figures/{args.name}"
-    bad = _not_a_folder(out)
+    from delaylab.runs import file_in_the_way
+
+    bad = file_in_the_way(out)
     if bad:
         print(f"delaylab figure: {bad}", file=sys.stderr)
         return 2
@@ -208,7 +200,9 @@ def main(argv=None) -> int:
             print(f"{verify.ORBIT_SCENARIO:15s} finite-step orbit of every rule vs the exact cycle map (1e-8)")
             print(f"{verify.NOISE_SCENARIO:15s} noise floors of vanilla and Rescaled vs V σ²/(4Γ), and their ratio τ_A/τ_H")
             return 0
-        bad = None if args.no_out else _not_a_folder(args.out)
+        from delaylab.runs import file_in_the_way
+
+        bad = None if args.no_out else file_in_the_way(args.out)
         if bad:
             print(f"delaylab verify: {bad}", file=sys.stderr)
             return 2

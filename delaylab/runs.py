@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import time
 import warnings
 import zipfile
@@ -225,17 +226,14 @@ def draw(folder: str, out: Optional[str] = None) -> str:
 
     cfg = C.read_toml(os.path.join(folder, "config.toml"))
     m = store.read_metrics(folder)
-    theory = None
-    if os.path.exists(os.path.join(folder, "summary.json")):
-        with open(os.path.join(folder, "summary.json")) as fh:
-            theory = json.load(fh).get("theory")
-    panels = ["loss"] + (["dist_optimum"] if "dist_optimum" in m else [])
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False)
-    t = m["time"]
     summary = {}
     if os.path.exists(os.path.join(folder, "summary.json")):
         with open(os.path.join(folder, "summary.json")) as fh:
             summary = json.load(fh)
+    theory = summary.get("theory")
+    panels = ["loss"] + (["dist_optimum"] if "dist_optimum" in m else [])
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False)
+    t = m["time"]
     for ax, key in zip(axes[0], panels):
         v = np.asarray(m[key], np.float64)
         # a diverging run: its finite part is drawn, up to 1e100 (a log axis spanning more decades
@@ -273,31 +271,36 @@ def draw(folder: str, out: Optional[str] = None) -> str:
                  f"{cfg.schedule.policy}{band}", fontsize=10)
     fig.tight_layout()
     path = out or os.path.join(folder, "figure.png")
-    import io
-
-    buf = io.BytesIO()
-    fig.savefig(buf, dpi=110, format="png")
-    plt.close(fig)
-    store.atomic_write(path, buf.getvalue())  # a kill while drawing leaves the previous figure whole
+    store.write_figure(fig, path, dpi=110)  # atomically: a kill while drawing leaves the previous figure whole
     return path
 
 
 FINISHED = ("complete", "diverged", "partly diverged")  # a summary.json's statuses
 
 
+def file_in_the_way(path: str, flag: str = "--out") -> Optional[str]:
+    """One line if ``path`` cannot be an output folder because it, or a folder above it, is a file
+    (None otherwise). `delaylab figure` and `verify` create missing folders; `run` checks more
+    (:func:`check_out`)."""
+    p = os.path.abspath(path)
+    while p and not os.path.exists(p):
+        p = os.path.dirname(p)
+    if p and not os.path.isdir(p):
+        return f"{flag} {path!r}: {p!r} is a file, not a folder"
+    return None
+
+
 def check_out(folder: str, *, flag: str = "--out") -> None:
     """Refuse, before anything is built or compiled, an output folder that cannot be one: a path
-    that is a file, one whose parent folder is missing, or one that cannot be written."""
-    if os.path.exists(folder) and not os.path.isdir(folder):
-        raise RunError(f"{flag} {folder!r} is a file, not a folder; give a folder to write the run into")
+    that is (or is under) a file, one whose parent folder is missing, or one that cannot be written."""
+    bad = file_in_the_way(folder, flag)
+    if bad:
+        raise RunError(bad)
     parent = os.path.dirname(os.path.abspath(folder))
     if not os.path.isdir(parent):
-        what = "is not a folder" if os.path.exists(parent) else "does not exist; create it first"
-        raise RunError(f"{flag} {folder!r}: its parent {parent!r} {what}")
+        raise RunError(f"{flag} {folder!r}: its parent {parent!r} does not exist; create it first")
     target = folder if os.path.isdir(folder) else parent
     try:  # by trying: os.access says yes to root, and /proc or /sys refuse whatever the bits say
-        import tempfile
-
         fd, probe = tempfile.mkstemp(dir=target, prefix=".tmp-probe-")
         os.close(fd)
         os.unlink(probe)

@@ -119,9 +119,11 @@ def setup(p: Preset):
     return prob, px, py, ds.name
 
 
+@functools.lru_cache(maxsize=4)
 def probes(p: Preset):
     """(dataset name, probe images, probe labels): the last ``p.probes`` test images, pooled as the
-    preset's images (disjoint from the first ``p.test`` test images the runs are evaluated on)."""
+    preset's images (disjoint from the first ``p.test`` test images the runs are evaluated on).
+    Read once per preset (every run of a figure asks for them)."""
     ds = sim.data.load_mnist_format()
     return ds.name, pool(ds.x_test[-p.probes:], p.pool).astype(np.float32), ds.y_test[-p.probes:]
 

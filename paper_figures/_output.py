@@ -18,15 +18,7 @@ def pyplot():
 def save_figure(fig, path: str) -> None:
     """Lay out, write (under a temporary name, then renamed: a kill leaves the previous file whole)
     and close ``fig``."""
-    import io
-    import os
-
-    import matplotlib.pyplot as plt
-
     from sim import store
 
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format=os.path.splitext(path)[1].lstrip(".") or "png")
-    plt.close(fig)
-    store.atomic_write(path, buf.getvalue())
+    store.write_figure(fig, path)

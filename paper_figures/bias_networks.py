@@ -67,7 +67,6 @@ TAUS = np.array([1.0, 1.0, 2.0, 2.0, 4.0, 4.0, 8.0, 8.0])
 NOISE = 0.1  # job time τ_i + Exp(mean NOISE·τ_i): expected (1 + NOISE) τ_i
 MEAN_TIMES = (1.0 + NOISE) * TAUS
 P = frequency_weights(MEAN_TIMES)
-P_REVERSED = P[::-1].copy()  # the placebo: the slowest workers weighted as the fastest
 METHODS = ("vanilla ASGD", "Rescaled ASGD", "IA²SGD")
 CONTROL = "vanilla ASGD, equal job times"  # the same algorithm and step, every worker at the same speed
 EQUAL_TAU = N / np.sum(1.0 / TAUS)  # the same total rate of updates as TAUS

@@ -194,10 +194,6 @@ def power(n: int, rho: float, alpha: float = 0.05) -> float:
     return float(sps.norm.sf(c - z) + sps.norm.cdf(-c - z))
 
 
-def _rho(runs, key):
-    return np.array([r[key] for r in runs if not r["diverged"]])
-
-
 def _iv(iv) -> str:
     return f"{iv.mean:+.3f} [{iv.lo:+.3f}, {iv.hi:+.3f}]"
 

@@ -28,13 +28,14 @@ s = log(div_fast/div_slow)|first − log(div_fast/div_slow)|last, and more so th
 gap: the effect s(R) − s(1), paired by seed (R = 1 is the control, the groups differing by label
 only), judged over seeds (95% Student-t interval; holds if above 0, does not hold if below,
 inconclusive otherwise); the headline is one :func:`claims.conjunction` over every cell. Seeds
-resample the split, the initial model, the job times and the minibatches (:data:`SOURCES`), and
+resample the split, the initial model, the job times and the minibatches (:data:`paper_figures._hetero.SOURCES`), and
 the minibatches of the recomputed jobs that read the workers' models (a stream of their own).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -47,11 +48,7 @@ from paper_figures._figure import Figure, Parts
 from paper_figures._output import pyplot, save_figure
 from sim import schedules
 from sim import telemetry as T
-from sim.models import MLP
 
-N = 8
-FAST, SLOW = slice(0, 4), slice(4, 8)
-SOURCES = lab.SOURCES  # split, init, timing, minibatches (lab.seeded_problem)
 SPLITS = ("iid", "dirichlet 1")
 H = 4  # local steps per job
 UNIFORM_MARGIN = float(np.log(1.5))  # "layer-uniform": the first layer's ratio within ×1.5 of the last's
@@ -90,25 +87,20 @@ PRESETS = {
 }
 
 
-_REPS: dict = {}
-
-
-def _representations(p: Preset, module, px, py):
+@functools.lru_cache(maxsize=4)
+def _representations(p: Preset):
     """One Representations telemetry per preset (its probes are constants of the compiled program:
     one object, one program for every run of a method)."""
-    if p not in _REPS:
-        _REPS[p] = T.Representations(module, px, py)
-    return _REPS[p]
+    _, px, py = lab.probes(p)
+    return T.Representations(lab.mlp_module(p), px, py)
 
 
 def one_run(p: Preset, method: str, split: str, ratio: float, seed: int) -> dict:
     probe_seed = claims.seed_sources(seed, ("telemetry",))["telemetry"]  # a stream apart from the run's own
     prob, timing_seed, key = lab.seeded_problem(p, seed, split=split)
-    _, px, py = lab.probes(p)
     alg, end = methods()[method]
-    module = MLP(hidden=p.hidden, classes=10)
     # the recomputed jobs draw their minibatches from the seed too (one compiled program per method and seed)
-    tel = T.AfterLocalSteps.of(_representations(p, module, px, py), alg, prob.fns, end, seed=probe_seed)
+    tel = T.AfterLocalSteps.of(_representations(p), alg, prob.fns, end, seed=probe_seed)
     taus = lab.two_speed_taus(ratio)
     sched = schedules.asynchronous(lab.timing_noise(taus, timing_seed), num_events=p.events)
     res = sim.run(alg, prob, sched, key=key, telemetry=tel,
@@ -121,7 +113,7 @@ def one_run(p: Preset, method: str, split: str, ratio: float, seed: int) -> dict
     for layer in layers:
         div = 1.0 - np.asarray(m[f"telemetry/cka/{layer}"], np.float64)[mask]  # [logs, n]
         cos = np.asarray(m[f"telemetry/grad_cos/{layer}"], np.float64)[mask]
-        for grp, sl in (("fast", FAST), ("slow", SLOW)):
+        for grp, sl in (("fast", lab.FAST), ("slow", lab.SLOW)):
             out[f"div_{layer}_{grp}"] = float(div[:, sl].mean())
             out[f"cos_{layer}_{grp}"] = float(cos[:, sl].mean())
     return out

@@ -78,7 +78,6 @@ def mitigation_schemes(horizon: float) -> dict:
 
 
 SPLITS = ("iid", "dirichlet 1")
-_HELD: dict = {}
 
 
 def held_models(tel, alg, prob, name: str):

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from theory.arguments import as_numbers
 from theory.fixed_point import quadratic_fixed_point, weighted_minimiser
 
 PyTree = Any
@@ -255,8 +256,6 @@ def quadratic(A, b, *, x0=None, noise: float = 0.0, dtype=None) -> Problem:
 def random_quadratic(num_workers: int, dim: int, *, diagonal: bool = False, condition: float = 10.0,
                      spread: float = 1.0, noise: float = 0.0, seed: int = 0, dtype=None) -> Problem:
     """Random heterogeneous quadratics: eigenvalues in [1, condition], b_i ~ N(0, spread² I)."""
-    from theory.arguments import as_numbers
-
     for arg, v in (("num_workers", num_workers), ("dim", dim)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"random_quadratic: {arg} must be a positive integer; got {v!r}")

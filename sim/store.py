@@ -153,6 +153,18 @@ def write_json(path: str, obj) -> None:
     atomic_write(path, (dumps_json(obj) + "\n").encode())
 
 
+def write_figure(fig, path: str, **savefig) -> None:
+    """A matplotlib figure written to ``path`` (format from its extension, default PNG) under a
+    temporary name and renamed (:func:`atomic_write`: a kill leaves the previous file whole), then
+    closed."""
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format=os.path.splitext(path)[1].lstrip(".") or "png", **savefig)
+    plt.close(fig)
+    atomic_write(path, buf.getvalue())
+
+
 def write_csv(path: str, rows: list[dict], *, fieldnames=None) -> None:
     """``rows`` as CSV; ``fieldnames`` (default: the first row's keys) also gives an empty table
     its header."""

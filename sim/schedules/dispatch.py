@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from sim.schedules.schedule import Schedule, _check_count, _short, _versions_async, _versions_barrier, as_numbers
+from sim.schedules.schedule import Schedule, _check_count, _short, _versions_async, _versions_barrier
 from sim.schedules.timing import FixedTiming, RandomTiming, SlowdownTiming, Timing, TraceTiming, _advance, _finish_time, _job_key
 from theory.hierarchy import check_levels, check_warmup, sync_level
 
@@ -385,7 +385,7 @@ def fixed_computation(taus, *, num_events: int) -> Schedule:
       taus: τ_i > 0, one per worker.
       num_events: how many arrivals the schedule holds (≥ 1).
     """
-    timing = FixedTiming(as_numbers(taus, "taus"))
+    timing = FixedTiming(taus)
     return asynchronous(timing, num_events=num_events, description=f"fixed computation, τ={_short(timing.taus)}")
 
 
@@ -393,7 +393,7 @@ def random_durations(
     taus, *, num_events: int, noise: str = "exponential", scale=1.0, shape: float = 1.0, seed: int = 0
 ) -> Schedule:
     """Asynchronous workers whose every job takes τ_i + η (see :class:`RandomTiming`)."""
-    timing = RandomTiming(as_numbers(taus, "taus"), noise=noise, scale=scale, shape=shape, seed=seed)
+    timing = RandomTiming(taus, noise=noise, scale=scale, shape=shape, seed=seed)
     return asynchronous(
         timing,
         num_events=num_events,
@@ -403,6 +403,5 @@ def random_durations(
 
 def synchronous(taus, *, num_rounds: int, noise: str | None = None, scale=1.0, seed: int = 0) -> Schedule:
     """Barrier rounds with fixed (``noise=None``) or random per-job durations."""
-    taus = as_numbers(taus, "taus")
     timing = FixedTiming(taus) if noise is None else RandomTiming(taus, noise=noise, scale=scale, seed=seed)
     return barrier(timing, num_rounds=num_rounds)
