@@ -15,6 +15,7 @@ from typing import Optional
 import numpy as np
 
 import theory
+from delaylab import checking
 from theory import weights as w
 
 
@@ -113,14 +114,12 @@ class Report:
 
 def score(measured: list, baseline: list, mutants: list, *, memo=None, progress=None) -> Report:
     """Check ``measured`` under every mutant; ``baseline`` are its checks under the published theory."""
-    from delaylab import verify
-
     passing = {(c.scenario, c.algorithm, c.quantity) for c in baseline if c.passed}
     caught_by, descriptions = {}, {}
     for k, mutant in enumerate(mutants, start=1):
         if progress:
             progress(f"[mutant {k}/{len(mutants)}] {mutant.name}: {mutant.description}")
-        checks = verify.check(measured, mutant.theory, memo)
+        checks = checking.check(measured, mutant.theory, memo)
         caught_by[mutant.name] = [f"{c.scenario}/{c.algorithm} {c.quantity}" for c in checks
                                   if not c.passed and (c.scenario, c.algorithm, c.quantity) in passing]
         descriptions[mutant.name] = mutant.description

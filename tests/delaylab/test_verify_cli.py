@@ -236,3 +236,28 @@ def test_the_command_line_flag_reports_the_score_and_fails_on_survivors(capsys):
     assert caught == seen
     assert sum("SURVIVES" in line for line in out) == len(mutants.MUTANTS) - len(seen)
     assert out[-1] == f"mutation score: {len(seen)}/{len(mutants.MUTANTS)} = {len(seen) / len(mutants.MUTANTS):.2f}"
+
+
+def test_extra_algorithms_are_checked_beside_the_registered_ones():
+    """`verify(names, algorithms=...)`: an extra entry (a copy of vanilla ASGD under another name)
+    gets the same rows as the registered methods, and they pass; a registered name given to
+    another entry is refused before anything runs."""
+    import dataclasses
+
+    import jax
+
+    from delaylab.registry import AlgorithmEntry
+
+    jax.config.update("jax_enable_x64", True)
+    copy = AlgorithmEntry("asgd_copy", ALGORITHMS["asgd"].make, "constant", "vanilla ASGD under another name")
+    [outcome] = verify.verify(["tau-i"], algorithms=[copy])
+    by_algorithm = {}
+    for c in outcome.checks:
+        by_algorithm.setdefault(c.algorithm, []).append(c)
+    assert set(ALGORITHMS) | {"asgd_copy"} == set(by_algorithm)
+    assert [c.quantity for c in by_algorithm["asgd_copy"]] == [c.quantity for c in by_algorithm["asgd"]]
+    assert all(c.passed for c in outcome.checks)
+    with pytest.raises(ValueError, match="'asgd' is already registered"):
+        verify.verify(["tau-i"], algorithms={"asgd": dataclasses.replace(ALGORITHMS["asgd"], summary="another")})
+    # the registered entry itself adds nothing
+    assert verify.with_registered([ALGORITHMS["asgd"]])[1] == {}
