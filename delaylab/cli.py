@@ -7,10 +7,20 @@ import os
 import sys
 
 
+PLUGIN_HELP = ("a plugin: a .py file or a module defining delaylab_algorithms() (repeatable); its algorithms "
+               "are registered like the built-in ones (installed plugins of the entry-point group "
+               "delaylab.algorithms are always loaded)")
+
+
+def _add_plugin(parser) -> None:
+    parser.add_argument("--plugin", action="append", default=[], metavar="PATH_OR_MODULE", help=PLUGIN_HELP)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="delaylab", description="Check distributed-optimisation theory against simulation.")
     sub = p.add_subparsers(dest="command", required=True)
     v = sub.add_parser("verify", help="run the scenarios and print predicted vs measured (exit 0 iff all pass)")
+    _add_plugin(v)
     v.add_argument("--json", action="store_true", help="print the checks as a JSON list instead of a table")
     v.add_argument("--out", default="out/verify", help="folder for checks, figure and metadata (default: out/verify)")
     v.add_argument("--no-out", action="store_true", help="write nothing to disk")
@@ -25,12 +35,14 @@ def _parser() -> argparse.ArgumentParser:
     sh.add_argument("folder", help="a folder `delaylab run` wrote")
     sh.add_argument("--out", default=None, help="where to draw the figure (default: FOLDER/figure.png)")
     sh.add_argument("--json", action="store_true", help="print the folder's summary as JSON instead")
+    _add_plugin(sh)
     from paper_figures import FIGURES
 
     names = "\n".join(f"  {k:6s} {desc}" for k, (_, desc) in FIGURES.items())
     f = sub.add_parser("figure", help="reproduce a paper figure (PNG + data + findings text)",
                        description="Figures:\n" + names, formatter_class=argparse.RawDescriptionHelpFormatter)
     f.add_argument("name", choices=sorted(FIGURES), help="which figure")
+    _add_plugin(f)
     f.add_argument("--quick", action="store_true", help="a smaller preset (minutes on 2 cores)")
     f.add_argument("--preset", default=None,
                    help="a named preset (every figure has quick and full; r5 also medium and control, deahes "
@@ -55,12 +67,13 @@ def _run_parser(sub) -> None:
                "running (a bad setting, path or checkpoint); 3 the run, or every run of the sweep, diverged "
                "(a result: summary.json says where); 130 interrupted (resume with --resume DIR)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    r.add_argument("config", nargs="?", help="a TOML file (README, \"Long runs\", has an example)")
+    r.add_argument("config", nargs="?", help="a TOML file (docs/runs.md has an example)")
     r.add_argument("--out", default=None, help="the run folder (default: out/runs/NAME)")
     r.add_argument("--resume", metavar="DIR", default=None,
                    help="continue the run in DIR from its last checkpoint (refused if the config differs)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    _add_plugin(r)
     g = r.add_argument_group("settings (each overrides CONFIG)")
     for name, cls in C.flag_fields():
         field = name.split(".")[-1]
@@ -75,6 +88,8 @@ def _cmd_run(args) -> int:
     from sim import store
 
     flags = {k[4:]: v for k, v in vars(args).items() if k.startswith("set:") and v is not None}
+    if args.plugin:  # recorded in the run's config, so that show and --resume load them again
+        flags["plugins"] = list(args.plugin)
     try:
         if args.resume is not None:
             folder = args.resume
@@ -176,6 +191,13 @@ def _cmd_figure(args) -> int:
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    from delaylab import plugins
+
+    try:
+        plugins.load_all(args.plugin)
+    except plugins.PluginError as err:
+        print(f"delaylab {args.command}: {err}", file=sys.stderr)
+        return 2
     if args.command == "run":
         return _cmd_run(args)
     if args.command == "show":

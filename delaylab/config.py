@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import tomllib
 import typing
 from typing import Any, Optional
@@ -92,6 +93,7 @@ class RunConfig:
     segment: log points per compiled segment (0: about 20 segments)
     checkpoint_every: seconds between checkpoints (0: after every segment)
     x64: float64 (the problems' dtype follows it)
+    plugins: plugin files or modules whose algorithms the run may name (files recorded by absolute path)
     """
 
     name: str = "run"
@@ -103,6 +105,7 @@ class RunConfig:
     segment: int = 0
     checkpoint_every: float = 60.0
     x64: bool = True
+    plugins: tuple = ()
     problem: ProblemConfig = ProblemConfig()
     schedule: ScheduleConfig = ScheduleConfig()
 
@@ -119,17 +122,26 @@ class ConfigError(ValueError):
 
 
 _TUPLE_FIELDS = {"stepsize", "taus"}
+_NAME_TUPLE_FIELDS = {"plugins"}
 
 
 def _types(cls) -> dict:
     return typing.get_type_hints(cls)
 
 
-def _coerce(cls, name: str, value, where: str):
+def _coerce(cls, name: str, value, where: str, relative_to: Optional[str] = None):
     """``value`` as field ``name`` of ``cls`` wants it, or a ConfigError saying what is allowed."""
     want = _types(cls)[name]
     label = f"{where}{name}"
     try:
+        if name in _NAME_TUPLE_FIELDS:
+            if isinstance(value, str):
+                value = [v for v in value.split(",") if v.strip()]
+            if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v.strip() for v in value):
+                raise ValueError
+            from delaylab import plugins
+
+            return tuple(plugins.source_of(v.strip(), relative_to=relative_to) for v in value)
         if name in _TUPLE_FIELDS:
             if isinstance(value, str):
                 value = [v for v in value.replace(" ", "").split(",") if v]
@@ -158,7 +170,8 @@ def _coerce(cls, name: str, value, where: str):
                 raise ValueError
             return value
     except (TypeError, ValueError):
-        kind = "a list of numbers (comma-separated on the command line)" if name in _TUPLE_FIELDS else want.__name__
+        kind = ("a list of numbers (comma-separated on the command line)" if name in _TUPLE_FIELDS else
+                "a list of file paths or module names" if name in _NAME_TUPLE_FIELDS else want.__name__)
         raise ConfigError(f"{label}: expected {kind}; got {value!r}") from None
     raise ConfigError(f"{label}: unsupported field type {want}")
 
@@ -167,9 +180,13 @@ MAX_EVENTS = 50_000_000  # a run's schedule lives in host memory: 5e7 events is 
 
 
 def _check(cfg: RunConfig) -> RunConfig:
-    from delaylab import registry
+    from delaylab import plugins, registry
 
     p, s = cfg.problem, cfg.schedule
+    try:
+        plugins.load_all(cfg.plugins)
+    except plugins.PluginError as err:
+        raise ConfigError(f"plugins: {err}") from None
     if cfg.algorithm not in registry.ALGORITHMS:
         raise ConfigError(f"algorithm: unknown {cfg.algorithm!r}; registered: {sorted(registry.ALGORITHMS)}")
     if p.kind not in PROBLEM_KINDS:
@@ -212,9 +229,10 @@ def _check(cfg: RunConfig) -> RunConfig:
     return cfg
 
 
-def from_dict(d: dict, *, base: Optional[RunConfig] = None) -> RunConfig:
+def from_dict(d: dict, *, base: Optional[RunConfig] = None, relative_to: Optional[str] = None) -> RunConfig:
     """A config from nested dicts (TOML's shape); unknown keys are errors; missing ones keep
-    ``base``'s values (default: the defaults)."""
+    ``base``'s values (default: the defaults). Relative plugin paths are taken from
+    ``relative_to`` (default: the working directory)."""
     base = base or RunConfig()
     sub = {"problem": ProblemConfig, "schedule": ScheduleConfig}
     top = {}
@@ -233,7 +251,7 @@ def from_dict(d: dict, *, base: Optional[RunConfig] = None) -> RunConfig:
             names = {f.name for f in dataclasses.fields(RunConfig)} - set(sub)
             if key not in names:
                 raise ConfigError(f"unknown setting {key!r}; allowed: {sorted(names | set(sub))}")
-            top[key] = _coerce(RunConfig, key, value, "")
+            top[key] = _coerce(RunConfig, key, value, "", relative_to)
     return _check(dataclasses.replace(base, **top))
 
 
@@ -245,7 +263,7 @@ def read_toml(path: str, *, base: Optional[RunConfig] = None) -> RunConfig:
         raise ConfigError(f"{path}: not valid TOML ({err})") from None
     except OSError as err:
         raise ConfigError(f"{path}: cannot read ({err.strerror})") from None
-    return from_dict(data, base=base)
+    return from_dict(data, base=base, relative_to=os.path.dirname(os.path.abspath(path)))
 
 
 def _toml_value(v) -> str:
@@ -284,7 +302,7 @@ def field_help(cls) -> dict:
 
 def flag_fields() -> list[tuple[str, Any]]:
     """(flag name, dataclass) of every field, as ``--name`` / ``--problem.name``."""
-    out = [(f.name, RunConfig) for f in dataclasses.fields(RunConfig) if f.name not in ("problem", "schedule")]
+    out = [(f.name, RunConfig) for f in dataclasses.fields(RunConfig) if f.name not in ("problem", "schedule", "plugins")]
     out += [(f"problem.{f.name}", ProblemConfig) for f in dataclasses.fields(ProblemConfig)]
     out += [(f"schedule.{f.name}", ScheduleConfig) for f in dataclasses.fields(ScheduleConfig)]
     return out

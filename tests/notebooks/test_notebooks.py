@@ -16,12 +16,22 @@ FOLDER = os.path.join(ROOT, "notebooks")
 NOTEBOOKS = sorted(f for f in os.listdir(FOLDER) if f.endswith(".ipynb"))
 
 
-def test_the_three_notebooks_exist():
-    assert NOTEBOOKS == ["01_quickstart.ipynb", "02_new_algorithm.ipynb", "03_heterogeneity.ipynb"]
+def test_the_notebooks_exist():
+    assert NOTEBOOKS == ["01_quickstart.ipynb", "02_new_algorithm.ipynb", "03_heterogeneity.ipynb",
+                         "04_your_method.ipynb"]
+
+
+def test_notebook_04_holds_its_plugin_file():
+    """Notebook 04 writes the method in a cell; the command line loads the same code from
+    notebooks/dc_asgd.py: the two must not drift apart."""
+    nb = nbformat.read(os.path.join(FOLDER, "04_your_method.ipynb"), as_version=4)
+    with open(os.path.join(FOLDER, "dc_asgd.py")) as fh:
+        plugin = fh.read()
+    assert any(c.cell_type == "code" and c.source.strip() == plugin.strip() for c in nb.cells)
 
 
 def test_notebooks_run(monkeypatch):
-    """The three notebooks, top to bottom, one after another in one kernel with its namespace
+    """The notebooks, top to bottom, one after another in one kernel with its namespace
     cleared between them (``%reset -f``: a notebook that leans on another's variables fails). One
     kernel, not one per notebook: a kernel's start and imports cost 7 s of the suite's time each
     (measured 2026-12-06), and the imports a notebook makes stay loaded for the next."""
