@@ -1,6 +1,6 @@
 """AdaHessian (Yao et al. 2021, arXiv 2006.00719) and its Hutchinson Hessian-diagonal estimator.
 
-Two independent pure pieces (specs/easgd_deahes.md §2):
+Two independent pure pieces (docs/theory.md §9.3):
 
 * :func:`hutchinson` estimates diag(H) of a loss at ``params``: for each of ``num_probes`` probes,
   an independent Rademacher tensor z per parameter leaf (the key is split once per leaf), and one

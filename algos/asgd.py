@@ -1,6 +1,6 @@
 """Asynchronous SGD with a per-arrival step-size rule: vanilla and Rescaled ASGD.
 
-Server protocol (specs/asgd.md §2.1): on the arrival of worker i's gradient g, computed at the
+Server protocol (docs/theory.md §2): on the arrival of worker i's gradient g, computed at the
 model the worker was handed, the server applies ``x ← x − γ_k g`` at once and hands worker i the
 new ``x``. Only the step-size rule ``γ_k`` differs between members of the family, so a named
 method is this file's :func:`asgd_with_step_rule` composed with one rule, the way optax builds
@@ -98,10 +98,10 @@ _validate_vanilla = _checks.stepsize_only("asgd")
 
 
 def asgd(*, stepsize: float) -> Algorithm:
-    """Vanilla asynchronous SGD with a constant step size γ (specs/asgd.md §2.1).
+    """Vanilla asynchronous SGD with a constant step size γ (docs/theory.md §2).
 
     Under the fixed-computation model it converges, as γ → 0, to a stationary point of the
-    frequency-weighted objective Σ_i p_i F_i with p_i ∝ 1/τ_i (§2.2), not of F = mean F_i.
+    frequency-weighted objective Σ_i p_i F_i with p_i ∝ 1/τ_i (docs/theory.md §2), not of F = mean F_i.
 
     Args:
       stepsize: γ ≥ 0, applied to every arriving gradient.
@@ -114,7 +114,7 @@ def asgd(*, stepsize: float) -> Algorithm:
 
 
 def rescaled_step(hparams: HParams, event: Event) -> jax.Array:
-    """γ_i = γ · τ_i / τ_H, τ_H the harmonic mean of the τ vector (specs/asgd.md §3.1 (a))."""
+    """γ_i = γ · τ_i / τ_H, τ_H the harmonic mean of the τ vector (docs/theory.md §6.2)."""
     taus = jnp.asarray(hparams["taus"])
     tau_h = taus.shape[-1] / jnp.sum(1.0 / taus)
     return jnp.asarray(hparams["stepsize"]) * taus[event.worker] / tau_h
@@ -131,9 +131,9 @@ def rescaled_asgd(*, stepsize: float, taus) -> Algorithm:
     Each worker's step is proportional to its computation time: γ_i = γ · τ_i / τ_H, where
     τ_H = ((1/n) Σ 1/τ_j)^{-1} is the harmonic mean. Over a window of length T worker i
     arrives T/τ_i times, so it contributes γ T / τ_H of step mass, the same for every worker,
-    and the limit objective is the true F (specs/asgd.md §3.1).
+    and the limit objective is the true F (docs/theory.md §6.2).
 
-    Normalisation: the paper's constant could not be read (spec §3.1, [INFERRED]). We divide
+    Normalisation: the paper's constant could not be read (a reconstruction, docs/theory.md §6.2). We divide
     by τ_H so that the *mean step per update* equals γ: arrivals happen at rate Σ 1/τ_j, and
     Σ_j (1/τ_j)·γ τ_j/τ_H / Σ_j (1/τ_j) = γ. Learning rates are then directly comparable with
     vanilla ASGD's.
@@ -156,7 +156,7 @@ def rescaled_asgd(*, stepsize: float, taus) -> Algorithm:
 
 
 def delay_adaptive_step(hparams: HParams, event: Event) -> jax.Array:
-    """γ_k = γ · n / max(n, δ_k) (Mishchenko et al. 2022, the authors' code; spec §4.6)."""
+    """γ_k = γ · n / max(n, δ_k) (Mishchenko et al. 2022, the authors' code; docs/theory.md §6.4)."""
     gamma = jnp.asarray(hparams["stepsize"])
     n = jnp.asarray(hparams["num_workers"]).astype(gamma.dtype)
     return gamma * n / jnp.maximum(n, event.staleness.astype(gamma.dtype))
@@ -172,11 +172,11 @@ def _validate_delay_adaptive(hparams: HParams, num_workers: int) -> None:
 
 
 def delay_adaptive_asgd(*, stepsize: float, num_workers: int) -> Algorithm:
-    """Delay-adaptive ASGD (Mishchenko, Bach, Even, Woodworth, NeurIPS 2022; spec §4.6).
+    """Delay-adaptive ASGD (Mishchenko, Bach, Even, Woodworth, NeurIPS 2022; docs/theory.md §6.4).
 
     A gradient that is δ server updates stale gets step γ·n/max(n, δ): full step up to n
     updates of delay, shrinking beyond. Under fixed computation worker i's delay is about
-    nτ_i/τ_H, so its implicit weight is ≈ (1/τ_i)·min(1, τ_H/τ_i) (spec §2.4): the data bias
+    nτ_i/τ_H, so its implicit weight is ≈ (1/τ_i)·min(1, τ_H/τ_i) (docs/theory.md §6): the data bias
     is worse than vanilla's.
 
     Args:
@@ -191,7 +191,7 @@ def delay_adaptive_asgd(*, stepsize: float, num_workers: int) -> Algorithm:
 
 
 def staleness_aware_step(hparams: HParams, event: Event) -> jax.Array:
-    """γ_k = γ / max(1, δ_k): the step divided by the staleness (Zhang et al. 2016; spec §4.8).
+    """γ_k = γ / max(1, δ_k): the step divided by the staleness (Zhang et al. 2016; docs/theory.md §6.5).
 
     A fresh gradient (δ = 0) gets the full step; the paper's α₀/δ is undefined there.
     """
@@ -203,9 +203,9 @@ _validate_staleness_aware = _checks.stepsize_only("staleness_aware_asgd")
 
 
 def staleness_aware_asgd(*, stepsize: float) -> Algorithm:
-    """Staleness-aware ASGD: step γ/max(1, δ) for a gradient δ updates stale (spec §4.8).
+    """Staleness-aware ASGD: step γ/max(1, δ) for a gradient δ updates stale (docs/theory.md §6.5).
 
-    Predicted implicit weight ≈ 1/τ_i² (spec §2.4).
+    Predicted implicit weight ≈ 1/τ_i² (docs/theory.md §6).
     """
     _checks.check_stepsize("staleness_aware_asgd", stepsize)
     return asgd_with_step_rule("staleness_aware_asgd", staleness_aware_step, {"stepsize": stepsize},
@@ -213,7 +213,7 @@ def staleness_aware_asgd(*, stepsize: float) -> Algorithm:
 
 
 def inverse_tau_step(hparams: HParams, event: Event) -> jax.Array:
-    """γ_i = γ · τ_H / τ_i: the exponent printed on the Rescaled ASGD poster (spec §3.2)."""
+    """γ_i = γ · τ_H / τ_i: the exponent printed on the Rescaled ASGD poster (docs/theory.md §6.3)."""
     taus = jnp.asarray(hparams["taus"])
     tau_h = taus.shape[-1] / jnp.sum(1.0 / taus)
     return jnp.asarray(hparams["stepsize"]) * tau_h / taus[event.worker]
@@ -225,7 +225,7 @@ def _validate_inverse_tau(hparams: HParams, num_workers: int) -> None:
 
 
 def inverse_tau_asgd(*, stepsize: float, taus) -> Algorithm:
-    """ASGD with γ_i ∝ 1/τ_i, the rule the Rescaled ASGD poster prints (spec §3.2).
+    """ASGD with γ_i ∝ 1/τ_i, the rule the Rescaled ASGD poster prints (docs/theory.md §6.3).
 
     Kept to settle the discrepancy numerically: its implicit weights are ∝ 1/τ_i², i.e. it is
     *more* biased than vanilla ASGD. Normalised like Rescaled ASGD, γ_i = γ τ_H/τ_i.
@@ -257,7 +257,7 @@ def _validate_clipped(hparams: HParams, num_workers: int) -> None:
 
 
 def clipped_asgd(*, stepsize: float, threshold: float) -> Algorithm:
-    """Clipped ASGD: x ← x − γ clip_c(g) (Erickson & Johansson 2026, form [INFERRED], spec §4.11).
+    """Clipped ASGD: x ← x − γ clip_c(g) (Erickson & Johansson 2026, form reconstructed, docs/theory.md §6.7).
 
     Args:
       stepsize: γ ≥ 0.

@@ -1,10 +1,10 @@
-"""Asynchronous local SGD with Delayed Nesterov momentum (Liu et al. 2024; spec §4.10).
+"""Asynchronous local SGD with Delayed Nesterov momentum (Liu et al. 2024; docs/theory.md §7.7).
 
 Worker: H local SGD steps of size η_ℓ from the model it received, each on a fresh minibatch of
 its own data; it sends the pseudo-gradient Δ = θ_start − θ_end. The schedule's job durations are
 the durations of these H-step jobs.
 
-Server, Delayed Nesterov (details [RECALLED] in the spec, so the rule is spelled out here):
+Server, Delayed Nesterov (known from secondary sources, so the rule is spelled out here):
 on every arrival the server takes a plain step x ← x − η Δ/N and adds Δ to a buffer; every N-th
 arrival it updates the momentum with the buffered average, m ← β m + (Σ buffer)/N, applies the
 momentum part x ← x − η β m, and clears the buffer. With N = 1 this is Nesterov-style outer

@@ -1,5 +1,5 @@
 """Elastic averaging (EASGD, EAMSGD; Zhang, Choromanska, LeCun 2015) with pluggable parts, and the
-DEAHES-O family (Xu & Carr 2024, arXiv 2409.09242): specs/easgd_deahes.md §2–§4.
+DEAHES-O family (Xu & Carr 2024, arXiv 2409.09242): docs/theory.md §9.
 
 Three independent parts, composed by :func:`elastic_averaging`:
 
@@ -35,13 +35,13 @@ the server state holds the master alone (plus the optional detector trace). The 
 is the master.
 
 Failures come from the schedule (``sim.schedules.with_failures``): an undelivered arrival is a
-failed exchange, and the oracle rule reads the same flag. Two semantics [CHOICE, §4]:
+failed exchange, and the oracle rule reads the same flag. Two semantics (a reconstruction, docs/theory.md §9.6):
 
 * ``"suppressed"``: the exchange does not happen; the worker keeps its τ steps and trains on.
 * ``"stale"``: the worker made no progress (crashed); its state reverts to the job's start, and
   its next exchange carries those old parameters (after the next job's τ steps).
 
-Monitoring (DEAHES-O) [CHOICE, §4]. At each exchange attempt the worker computes
+Monitoring (DEAHES-O; a reconstruction, docs/theory.md §9.6). At each exchange attempt the worker computes
 u = log ‖xⁱ − θ̃ᵐ‖, θ̃ᵐ being its estimate of the master: the master it reads now if the exchange
 goes through, else the copy it last received. It keeps the last p values (``history``, default
 3) and a = −Σⱼ cⱼ (u_{j+1} − u_j), c ∝ (1, 2, …, p−1) normalised to sum 1 (the newest difference
@@ -548,7 +548,7 @@ def auc_of(pos: np.ndarray, neg: np.ndarray) -> float:
     return float(u / (pos.size * neg.size))
 
 
-# --- the paper's methods (spec §3): each a composition of the three parts -------------------------
+# --- the paper's methods (docs/theory.md §9.4): each a composition of the three parts ------------------
 
 
 def easgd(*, learning_rate: float = 0.01, alpha: float = 0.1, period: int = 1, failure: str = "suppressed",
@@ -572,7 +572,7 @@ def eahes(*, learning_rate: float = 0.01, alpha: float = 0.1, period: int = 1, f
 
 def eahes_om(*, learning_rate: float = 0.01, alpha: float = 0.1, period: int = 1, failure: str = "suppressed",
              trace: int = 0, **adahessian_kw) -> Algorithm:
-    """The oracle: (h1, h2) = (1, 0) on an exchange that follows a failure (spec §3 [CHOICE])."""
+    """The oracle: (h1, h2) = (1, 0) on an exchange that follows a failure (docs/theory.md §9.4; a reconstruction, §9.6)."""
     return elastic_averaging(adahessian(learning_rate, **adahessian_kw), alpha=alpha, period=period,
                              exchange=oracle(), failure=failure, trace=trace, name="EAHES-OM")
 

@@ -1,5 +1,5 @@
 """FedStrag: weighted averaging of stale results in time-bounded rounds (Kumar and Srirama 2025;
-spec mitigation.md §8, the rule as the authors' server and client code it).
+docs/theory.md §10.6, the rule as the authors' server and client code it).
 
 Timing comes from :func:`sim.schedules.time_bounded_rounds`: the server broadcasts model k, checks
 its queue every few seconds, and at the first check that finds a result it aggregates every queued

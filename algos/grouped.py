@@ -1,5 +1,5 @@
-"""Grouping synchronous parallel (GSP/GSSP; Gui et al., spec mitigation.md §5), the rule of the
-authors' code with its evident intent (the spec's code-quality flag).
+"""Grouping synchronous parallel (GSP/GSSP; Gui et al., docs/theory.md §10.4), the rule of the
+authors' code with its evident intent (the forwarding that the released code never triggers).
 
 Workers are split into groups by speed. Each group has its own parameter server holding its own
 model x_g. A worker of group g computes a gradient at x_g (pulled when it starts) and pushes it;

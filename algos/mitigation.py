@@ -1,5 +1,5 @@
 """Straggler mitigation by staleness weighting: FedAsync and its staleness functions (Xie, Koyejo
-and Gupta 2019; spec mitigation.md §7).
+and Gupta 2019; docs/theory.md §10.5).
 
 Staleness functions s(δ) of the number δ of server updates a result missed (the engine's
 ``event.staleness``):
@@ -7,7 +7,7 @@ Staleness functions s(δ) of the number δ of server updates a result missed (th
 - ``constant``: s = 1;
 - ``polynomial``: s_a(δ) = (δ + 1)^(−a);
 - ``hinge``: s_{a,b}(δ) = 1 for δ ≤ b, else 1 / (a (δ − b) + 1);
-- ``fedbuff``: s = 1/√(1 + δ) (FedBuff, spec asgd.md §4.9; the polynomial one with a = ½).
+- ``fedbuff``: s = 1/√(1 + δ) (FedBuff, docs/theory.md §7.3; the polynomial one with a = ½).
 
 FedAsync. A worker handed the server model x_τ runs H steps of SGD of size η on its proximal
 objective f_i(z; ξ) + (ρ/2)‖z − x_τ‖², starting at z = x_τ, and sends the end point z. The server
@@ -203,7 +203,7 @@ class _HierarchicalValidate:
 
 
 def hierarchical_sgd(*, stepsize: float, levels: dict, warmup: int = 0) -> Algorithm:
-    """Hierarchical SGD (spec mitigation.md §4; PyTorch's HierarchicalModelAverager): every
+    """Hierarchical SGD (docs/theory.md §10.3; PyTorch's HierarchicalModelAverager): every
     worker takes local SGD steps of size γ on its own parameters; after step k, the groups of
     ``theory.hierarchy.sync_level`` (consecutive blocks of workers) replace their members' parameters
     by the group mean: all n for the first ``warmup`` steps (synchronous SGD), then the groups of

@@ -1,5 +1,5 @@
 """Methods that hold workers at a round's point: Rennala SGD, Malenia SGD, Ringleader ASGD
-(specs/asgd.md §4.1, §4.2, §4.5; Tyurin & Richtárik 2023; Maranjyan et al., ICLR 2026).
+(docs/theory.md §7.4–§7.6; Tyurin & Richtárik 2023; Maranjyan et al., ICLR 2026).
 
 Their jobs return the point they were computed at along with the gradient
 (:func:`point_and_gradient_work`), so that the server can send a worker back to the *same*
@@ -74,7 +74,7 @@ def _validate_rennala(hparams, num_workers):
 
 
 def rennala_sgd(*, stepsize: float, batch: int) -> Algorithm:
-    """Rennala SGD (spec §4.1): collect S gradients computed at the round's point x^k, from
+    """Rennala SGD (docs/theory.md §7.4): collect S gradients computed at the round's point x^k, from
     whichever workers deliver them first, then x^{k+1} = x^k − γ · (their mean).
 
     Every worker restarts at the current point after each arrival; a gradient computed at an
@@ -136,7 +136,7 @@ def _validate_malenia(hparams, num_workers):
 
 
 def malenia_sgd(*, stepsize: float, batch: int) -> Algorithm:
-    """Malenia SGD (spec §4.2): per-worker sums g_i and counts B_i of gradients at x^k, until every
+    """Malenia SGD (docs/theory.md §7.5): per-worker sums g_i and counts B_i of gradients at x^k, until every
     B_i ≥ 1 and the harmonic-mean condition ((1/n) Σ 1/B_i)^{-1} ≥ S/n holds; then
     x^{k+1} = x^k − γ (1/n) Σ_i g_i/B_i, an unbiased estimate of ∇F (optimal under heterogeneity).
 
@@ -209,7 +209,7 @@ _validate_ringleader = _checks.stepsize_only("ringleader_asgd")
 
 
 def ringleader_asgd(*, stepsize: float) -> Algorithm:
-    """Ringleader ASGD (Maranjyan et al., ICLR 2026; spec §4.5).
+    """Ringleader ASGD (Maranjyan et al., ICLR 2026; docs/theory.md §7.6).
 
     The server keeps, per worker, the sum G_i and count b_i of gradients computed at that
     worker's current point. Phase 1 collects (workers keep computing at the same point) until

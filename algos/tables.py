@@ -1,5 +1,5 @@
 """Asynchronous methods whose server keeps more than the model: a clock of its own updates,
-a table of the latest gradients, a buffer. Each follows specs/asgd.md §4 under the event model.
+a table of the latest gradients, a buffer. Each follows docs/theory.md §7 under the event model.
 
 The engine's ``event.staleness`` counts delivered *arrivals*; when arrivals do not all update
 the model (discards, buffers, warm-up), the delay that these methods use is counted in server
@@ -63,7 +63,7 @@ def _validate_ringmaster(hparams, num_workers):
 
 
 def ringmaster_asgd(*, stepsize: float, threshold: int) -> Algorithm:
-    """Ringmaster ASGD (Maranjyan et al., ICML 2025; spec §4.4): a gradient computed R or more
+    """Ringmaster ASGD (Maranjyan et al., ICML 2025; docs/theory.md §7.1): a gradient computed R or more
     server updates ago is discarded; otherwise x ← x − γ g. The worker then restarts at x.
 
     This is the poster's variant without cancelling jobs in flight. Discards are counted per
@@ -111,7 +111,7 @@ _validate_ia2 = _checks.stepsize_only("ia2sgd")
 
 
 def ia2sgd(*, stepsize: float) -> Algorithm:
-    """IA²SGD (spec §4.3): the server keeps every worker's latest gradient and, on each arrival
+    """IA²SGD (docs/theory.md §7.2): the server keeps every worker's latest gradient and, on each arrival
     once all have reported, steps along their mean: x ← x − γ (1/n) Σ_j T[j]. Memory n·d.
 
     ``worker_stats["stepsize"]`` counts the step of each update against the arriving worker.
@@ -161,7 +161,7 @@ def _validate_fedbuff(hparams, num_workers):
 
 def fedbuff_asgd(*, local_stepsize: float, server_stepsize: float = 1.0, buffer_size: int = 1,
                  staleness_exponent: float = 0.5) -> Algorithm:
-    """FedBuff-style buffered asynchronous SGD (Nguyen et al., AISTATS 2022; spec §4.9).
+    """FedBuff-style buffered asynchronous SGD (Nguyen et al., AISTATS 2022; docs/theory.md §7.3).
 
     Each arrival adds s(δ)·η_ℓ·g to a buffer, δ its delay in server updates and
     s(δ) = (1 + δ)^(−a) (a = 0.5 [RECALLED], a = 0: no staleness weighting); after K arrivals

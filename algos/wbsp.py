@@ -1,5 +1,5 @@
-"""Worker-Busy Synchronous Parallel (WBSP; Yang et al., Parallel Computing 2024; spec
-mitigation.md §3), the rule of the authors' parameter-server code.
+"""Worker-Busy Synchronous Parallel (WBSP; Yang et al., Parallel Computing 2024;
+docs/theory.md §10.2), the rule of the authors' parameter-server code.
 
 Every worker takes one SGD step of size γ on its *own* model, y_i ← y_i − γ ∇f_i(y_i; ξ), and
 pushes its change since its last push, Δ_i = −γ ∇f_i(y_i; ξ). The server applies every push at

@@ -1,4 +1,4 @@
-"""The DEAHES-O experiment's set-up (specs/easgd_deahes.md §4–§5): its presets, methods, data,
+"""The DEAHES-O experiment's set-up (docs/theory.md §9, §12): its presets, methods, data,
 problems and schedules, and how one part of it runs. ``paper_figures.deahes`` draws the figure from
 it; ``benchmarks/deahes_full`` times its parts; both import it from here (figures and benchmarks
 do not import each other)."""
@@ -59,7 +59,7 @@ PRESETS = {p.name: p for p in (
     # run one after another (lax.map), 1.5x faster than vmap on 28×28 (benchmarks/workers.py), while
     # on 8×8 digits vmap is as fast or faster (benchmarks/RESULTS.md)
     _FULL,
-    # The same runs with the other failure semantics of spec §4: a failed worker is crashed (no
+    # The same runs with the other failure semantics of docs/theory.md §9.6: a failed worker is crashed (no
     # progress) and its first exchange after recovery carries its old parameters.
     dataclasses.replace(_QUICK, name="quick-stale", semantics="stale"),
     dataclasses.replace(_FULL, name="full-stale", semantics="stale"),

@@ -1,7 +1,7 @@
 """Plausible wrong theories, for `delaylab verify --mutants`: can the checks see a wrong theory?
 
 Each :class:`Mutant` replaces one formula of :data:`theory.PAPER` with a mistake someone could
-make reading specs/asgd.md §2 (the issue that asked for this lists most of them). :func:`score`
+make reading docs/theory.md §2–§5. :func:`score`
 checks the same measurements under every mutant: a mutant is *caught* when at least one check
 that passes under the published theory fails under it. A mutant nothing catches means the
 checks cannot tell that theory from the published one, and verify exits non-zero.

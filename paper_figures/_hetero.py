@@ -1,5 +1,5 @@
 """What the heterogeneity lab's four figures share (issue 5): four measured answers to questions a survey of straggler
-handling leaves open (spec mitigation.md, "Where the list comes from").
+handling leaves open (the straggler-mitigation survey behind docs/theory.md §10).
 
 All four train the same MLP (pixels → hidden → 10, ReLU) on MNIST-format data
 (``sim.data.load_mnist_format``: Fashion-MNIST from Debian's package here; scikit-learn's digits

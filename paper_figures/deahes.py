@@ -1,13 +1,13 @@
-"""DEAHES-O, Figures 4 and 5 (specs/easgd_deahes.md §5): elastic averaging under worker failures.
+"""DEAHES-O, Figures 4 and 5 (docs/theory.md §9, §12): elastic averaging under worker failures.
 
-Setting (spec §1, §4): P ∈ {4, 8} workers, communication period τ ∈ {1, 2, 4} local steps, the
+Setting (docs/theory.md §9.4, §9.6): P ∈ {4, 8} workers, communication period τ ∈ {1, 2, 4} local steps, the
 two-convolution CNN (sim.models.CNN), minibatch 64; each worker's exchange with the master is
-lost with probability 1/3 per communication round. Spec §4 names two failure semantics and both
+lost with probability 1/3 per communication round. docs/theory.md §9.6 names two failure semantics and both
 are presets: "suppressed" (the default; the worker trains on without the exchange) and "stale"
 (``quick-stale``, ``full-stale``: the failed worker makes no progress and its first exchange after
 recovery carries its old parameters); the stale figure is written as ``deahes_stale.*``, and the
 ``medium`` preset's (below) as ``deahes_medium.*``.
-Six methods (spec §3): EASGD, EAMSGD (δ = 0.5), EAHES, EAHES-O, EAHES-OM (oracle) and
+Six methods (docs/theory.md §9.4): EASGD, EAMSGD (δ = 0.5), EAHES, EAHES-O, EAHES-OM (oracle) and
 DEAHES-O; η = 0.01 for every local optimiser, α = 0.1, AdaHessian with β = (0.9, 0.999), one
 Hutchinson probe, spatial averaging, the authors' optimiser's ε = 1e-4 and weight decay 0
 (the paper states none); the -O methods use the overlapping split with r = 1/P, the others disjoint shards.
@@ -38,7 +38,7 @@ long outages (blocks of 5–20 rounds covering a third of each worker's exchange
 semantics (a stalled worker restarts from its model at the outage's start). That failure model is
 a choice made after ``deahes-readings``, where i.i.d. losses of a third of the exchanges cost
 EAHES-O little and left the detector nothing to find, and stale outages were the one setting where
-the oracle's mean led (inconclusively); the paper's own reading (spec §4) is suppressed exchanges,
+the oracle's mean led (inconclusively); the paper's own reading (docs/theory.md §9.6) is suppressed exchanges,
 which this preset does not run. Every seed resamples every random source but the test subset (the
 first 1,000 test images for every seed): its split, initial
 model, evaluation subset, minibatches, probes and outages (one sweep per seed and method); a0 is
@@ -333,7 +333,7 @@ def _report(data: dict) -> tuple:
     if data.get("failures", "iid") == "outages":
         lines.append("The failure model (long outages, " + data.get("semantics", "suppressed") + " semantics) was chosen "
                      "after deahes-readings, where it was the one setting in which the oracle's mean led; the paper "
-                     "reads failures as suppressed exchanges (spec §4). The verdicts hold for this model only.")
+                     "reads failures as suppressed exchanges (docs/theory.md §9.6). The verdicts hold for this model only.")
     if data["preset"] != "full":
         lines.append(f"This is the {data['preset']} preset ({data['dataset']}, {data['rounds']} rounds): the curves may "
                      "not have flattened (see the figure), and the comparison may change over longer runs.")

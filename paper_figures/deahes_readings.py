@@ -1,7 +1,7 @@
 """Which reading of DEAHES-O reproduces the paper? A reconstruction study (issue 21, part 6).
 
 The paper's body (its equations for the trend a and the weight maps h1, h2) is not available to
-us (specs/easgd_deahes.md §4): the weight map and the oracle are reconstructions. This figure
+us (docs/theory.md §9.6): the weight map and the oracle are reconstructions. This figure
 runs every reading of them on the same settings and judges the paper's claims under each:
 
 * DEAHES-O readings (``algos.elastic.DynamicWeights``): where the ramp starts (no dead zone, a = 0;
@@ -16,7 +16,7 @@ runs every reading of them on the same settings and judges the paper's claims un
 * Semantics (``algos.elastic``): "suppressed" (a cut-off worker trains on, unheard) or "stale"
   (it makes no progress, and restarts from its model at the outage's start).
 
-Claims (spec §1, last bullet), each judged per (failure model, semantics, reading) on the final
+Claims (docs/theory.md §9.4, last paragraph), each judged per (failure model, semantics, reading) on the final
 training loss from paired differences over seeds, with a 95% interval (``delaylab.claims``):
 the oracle EAHES-OM is best (below each other method); DEAHES-O is close to the oracle (the 95%
 interval of their paired difference inside ±2% of the oracle's loss); DEAHES-O is ahead of

@@ -20,7 +20,7 @@ from training:
 n = 32 workers (one seed's worker-level Spearman test has power 0.82 against ρ = 0.5, 0.37 against
 ρ = 0.3; the text states it) on i.i.d.
 shards of an MLP on Fashion-MNIST (14×14), vanilla ASGD, and Rescaled ASGD (γ_i ∝ each worker's
-realised mean job time) as the control: theory (specs/asgd.md §2.2) predicts that vanilla weights
+realised mean job time) as the control: theory (docs/theory.md §2) predicts that vanilla weights
 worker i's shard by p_i ∝ 1/τ_i, so the slow workers' shards are fitted less (their training loss
 ends higher: a link from training), and that Rescaled weights the shards equally (no link).
 Difficulty of an example: its loss under the tail-averaged model (the server's parameters

@@ -1,11 +1,11 @@
-"""R1 / Fig. A of the Rescaled ASGD poster (specs/asgd.md §3.4, §9 R1): the 1-D bias toy.
+"""R1 / Fig. A of the Rescaled ASGD poster (docs/theory.md §12, R1): the 1-D bias toy.
 
 Three workers with unit curvature and local minimisers b = (1, −1, −2), computation times
 τ = (1, 5, 10), x0 = 5. The poster's n, τ, b and γ were not readable; this family places the two
 reference lines where the poster has them, about +0.46 (the minimiser of the frequency-weighted
 average, where vanilla ASGD settles) and −0.67 (the minimiser of the equal-weighted average,
-where Rescaled ASGD settles), both computed from specs/asgd.md §2.3, not read off a run.
-R1 adds the rule the poster prints, γ_i ∝ 1/τ_i (spec §3.2), whose limit (weights ∝ 1/τ_i²) is
+where Rescaled ASGD settles), both computed from docs/theory.md §3, not read off a run.
+R1 adds the rule the poster prints, γ_i ∝ 1/τ_i (docs/theory.md §6.3), whose limit (weights ∝ 1/τ_i²) is
 drawn as a third line, and the exact finite-step orbit averages (theory.periodic_orbit).
 """
 
@@ -88,7 +88,7 @@ def findings(data: dict) -> str:
         f"predicted limit (weights ∝ 1/τ_i²) {xinv:+.4f}: further from x* than vanilla, so the printed exponent cannot be the rule that removes the bias; "
         "the steps must grow with τ_i, as the abstract says.",
         "Exact finite-step orbit averages (cycle map): vanilla %+.4f, Rescaled %+.4f, 1/τ %+.4f; the gaps to the "
-        "lines are the O(γ) orbit offsets (spec §2.3)." % (data["orbit_vanilla"], data["orbit_rescaled"], data["orbit_inverse_tau"]),
+        "lines are the O(γ) orbit offsets (docs/theory.md §4)." % (data["orbit_vanilla"], data["orbit_rescaled"], data["orbit_inverse_tau"]),
         "Settling times depend on γ and on the toy's n, τ and b, which the poster does not give; its times "
         "(vanilla by t≈100, Rescaled by t≈250) are therefore not compared.",
     ]

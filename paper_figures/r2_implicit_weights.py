@@ -1,9 +1,9 @@
-"""R2 (specs/asgd.md §9): which objective each step rule actually minimises.
+"""R2 (docs/theory.md §12): which objective each step rule actually minimises.
 
 With A_i = I and b_i = e_i (d = n), the minimiser of Σ q_i F_i is q itself, so a run's long-run
 average model *is* its implicit weight vector. For four τ profiles and five rules we compare it
 with two predictions: the exact one (each worker's share of the step mass the rule gives it on
-this schedule, spec §2.2) and the closed-form approximation of spec §2.4 (delays ≈ nτ_i/τ_H).
+this schedule, docs/theory.md §2) and the closed-form approximation of §6 (delays ≈ nτ_i/τ_H).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def _profiles() -> dict:
 
 
 def approximate_weights(rule: str, taus: np.ndarray) -> np.ndarray:
-    """Spec §2.4's closed forms, from a delay of about nτ_i/τ_H server updates."""
+    """The closed forms of docs/theory.md §6, from a delay of about nτ_i/τ_H server updates."""
     tau_h = theory.harmonic_mean(taus)
     w = {
         "asgd": 1 / taus,
@@ -62,7 +62,7 @@ def _compute(events: int, stepsize: float) -> dict:
 def findings(data: dict) -> str:
     lines = [f"R2, implicit weights (n = {N}, A_i = I, b_i = e_i, {data['events']} events, γ = {data['stepsize']}).",
              "Max |measured − predicted| over workers; 'exact' is the step-mass share on this schedule, "
-             "'approx' the closed form of spec §2.4."]
+             "'approx' the closed form of docs/theory.md §6."]
     for r in data["rows"]:
         e = np.max(np.abs(r["measured"] - r["exact"]))
         a = np.max(np.abs(r["measured"] - r["approx"]))
@@ -72,7 +72,7 @@ def findings(data: dict) -> str:
     for rule in RULES:
         worst = max(np.max(np.abs(r["measured"] - r["approx"])) for r in data["rows"] if r["rule"] == rule)
         lines.append(f"  closed form of {rule}: worst error {worst:.4f}")
-    lines.append(f"The step-mass rule predicts every measured weight to within {worst_exact:.4f}; the §2.4 closed forms "
+    lines.append(f"The step-mass rule predicts every measured weight to within {worst_exact:.4f}; the closed forms "
                  "are exact for τ-only rules and rough for delay-dependent ones (the delay is only about nτ_i/τ_H). "
                  "Delay-dependent steps (delay-adaptive, staleness-aware, FedBuff weighting) make the data bias "
                  "worse than vanilla's; only Rescaled ASGD's weights are uniform.")
@@ -83,7 +83,7 @@ TOL = 0.005  # a weight "is" its prediction within this (the runs' tail averages
 
 
 def verdicts(data: dict) -> list:
-    """The two claims of the Rescaled poster that these runs test directly (spec §2.2–2.4): vanilla
+    """The two claims of the Rescaled poster that these runs test directly (docs/theory.md §2, §6): vanilla
     ASGD minimises the frequency-weighted objective (q_i ∝ 1/τ_i) and Rescaled ASGD the true one
     (q_i = 1/n). One deterministic run per (profile, rule): no gradient noise, no seeds; the
     verdict is the check, every weight within TOL of the claimed one on every τ profile."""
@@ -121,7 +121,7 @@ def plot(data: dict, path: str) -> None:
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("implicit weight q_i")
     axes[-1].legend(fontsize=7, loc="lower left")
-    fig.suptitle("Implicit weights: dots measured, lines step-mass prediction, dotted spec §2.4 closed form", fontsize=10)
+    fig.suptitle("Implicit weights: dots measured, lines step-mass prediction, dotted closed form (docs/theory.md §6)", fontsize=10)
     save_figure(fig, path)
 
 

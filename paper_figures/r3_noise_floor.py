@@ -1,4 +1,4 @@
-"""R3 (specs/asgd.md §9): stationary noise floors against the step size and the noise level.
+"""R3 (docs/theory.md §12): stationary noise floors against the step size and the noise level.
 
 Heterogeneous quadratic, n = 4, d = 5, τ = (1, 2, 3, 5). For each σ and γ, vanilla and Rescaled
 ASGD run to stationarity; the σ-induced gap E F_q(x) − F_q(x_q) (the gap with noise minus the

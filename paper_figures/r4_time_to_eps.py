@@ -1,8 +1,8 @@
-"""R4 (specs/asgd.md §3.3, §5, §9): does Rescaled ASGD's time to ε keep pace with Malenia SGD's as ε → 0?
+"""R4 (docs/theory.md §8, §12): does Rescaled ASGD's time to ε keep pace with Malenia SGD's as ε → 0?
 
-The claim (Rescaled ASGD's poster, spec §3.3): Rescaled ASGD's time to an ε-stationary point has
+The claim (Rescaled ASGD's poster, docs/theory.md §8.1): Rescaled ASGD's time to an ε-stationary point has
 the optimal leading term τ_A σ² LΔ/(nε²), the one Malenia SGD attains (the heterogeneous lower
-bound, §5); heterogeneity and staleness enter only at lower orders, (τ_max/τ_H) τ_A √(σ²+ζ²)/ε^1.5
+bound, docs/theory.md §8); heterogeneity and staleness enter only at lower orders, (τ_max/τ_H) τ_A √(σ²+ζ²)/ε^1.5
 and τ_max/ε. So the ratio T_Rescaled(ε)/T_Malenia(ε) should stay bounded as ε → 0. Tested as:
 
 - **Problems.** The smooth nonconvex finite sum of :func:`sim.problems.nonconvex_quadratic`
@@ -26,7 +26,7 @@ and τ_max/ε. So the ratio T_Rescaled(ε)/T_Malenia(ε) should stay bounded as 
   to ``max_extend`` steps a side, then refined twice around the best (ratio 3.2 → 1.33: a grid
   as coarse as the ε spacing would move the step between grid points from one ε to the next and
   the slope with it); a verdict that rests on a step left at an edge is inconclusive.
-  Rescaled ASGD's normalisation is a reconstruction (γ_i = γ τ_i/τ_H here, spec §3.1); with the
+  Rescaled ASGD's normalisation is a reconstruction (γ_i = γ τ_i/τ_H here, docs/theory.md §6.2); with the
   step tuned, the other reading (γ τ_i/τ_max) runs the same iterates at γ·τ_max/τ_H, so it
   cannot change a verdict as long as the grid brackets the optimum.
 - **Horizon per ε**: E(ε) = ``events`` · (ε_0/ε)² events (∝ 1/ε², the nonconvex worst case),
@@ -184,7 +184,7 @@ def compute(preset: Preset, parts: Parts, progress: bool = True) -> dict:
 
 
 def _bound_shape(method: str, taus: np.ndarray, sigma2: float, zeta2: float, eps: np.ndarray) -> np.ndarray:
-    """The upper bounds with constants 1 (L = Δ = 1): a shape only (spec §3.3, §5)."""
+    """The upper bounds with constants 1 (L = Δ = 1): a shape only (docs/theory.md §8)."""
     n, tA, tmax, tH = len(taus), taus.mean(), taus.max(), 1.0 / np.mean(1.0 / taus)
     if method == "Rescaled":
         return tA * sigma2 / (n * eps ** 2) + (tmax / tH) * tA * np.sqrt(sigma2 + zeta2) / eps ** 1.5 + tmax / eps

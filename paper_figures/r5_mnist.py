@@ -1,6 +1,6 @@
-"""R5 (specs/asgd.md §9, Fig. B and §4.5): an MLP on MNIST-format data with 100 heterogeneous workers.
+"""R5 (docs/theory.md §12, Fig. B, and §7.6): an MLP on MNIST-format data with 100 heterogeneous workers.
 
-Setting (the Ringleader group's protocol, which the spec infers for the Rescaled paper's Fig. B):
+Setting (the Ringleader group's protocol, which we assume for the Rescaled paper's Fig. B):
 n = 100 workers, Dirichlet(α = 0.1) label split into equal-size shards, MLP 784–128–10 (ReLU),
 minibatch 4 per gradient, computation times τ_i + |N(0, i)| (variance i) drawn afresh per job,
 τ_i = i. Methods: vanilla ASGD, Rescaled ASGD (γ_i = γ τ_i/τ_H with the expected job times
@@ -96,7 +96,7 @@ PRESETS = {p.name: p for p in (
     Preset("quick", horizon=1500.0, tune_seeds=2, report_seeds=5, train_size=6000, log_points=25),
     # medium: a fifth of the paper's horizon.
     Preset("medium", horizon=6000.0, tune_seeds=2, report_seeds=6, train_size=6000, log_points=40),
-    # control: the medium preset with deterministic τ_i = i (the spec's control for the timing noise).
+    # control: the medium preset with deterministic τ_i = i (the control for the timing noise).
     Preset("control", horizon=6000.0, tune_seeds=2, report_seeds=6, train_size=6000, log_points=40, timing="fixed"),
     # full: the paper's horizon 3·10⁴ (hours on 2 cores: benchmarks/RESULTS.md; resumable per run).
     Preset("full", horizon=30000.0, tune_seeds=2, report_seeds=6, train_size=12000, log_points=60, refine=1),
@@ -296,14 +296,14 @@ def findings(data: dict) -> str:
         lines.append("Malenia SGD runs rounds, and a job in flight at a round's end is not cancelled (the event model "
                      "fixes job times ahead): its gradient is discarded on arrival and the worker starts anew, so a round "
                      "waits for the slowest worker to finish a stale job and then a fresh one, up to twice as long as with "
-                     f"cancelling (spec §4.2). Here: {np.median(st['rounds']):.0f} rounds and {np.median(st['discarded']):.0f} "
+                     f"cancelling (docs/theory.md §7.5). Here: {np.median(st['rounds']):.0f} rounds and {np.median(st['discarded']):.0f} "
                      "discarded gradients per run (medians). This handicaps Malenia against the paper's algorithm: "
                      "\"Ringleader below Malenia\" may hold here because of it, and a \"does not hold\" for it is the stronger finding.")
     if data["preset"] != "full":
         lines.append(f"This is the {data['preset']} preset: horizon {h:g}, not the paper's 3·10⁴ (which holds some "
                      "150–250 of the slowest worker's jobs); at this horizon the round methods have made only a few "
                      "updates, so its rows check the pipeline more than Fig. B.")
-    lines.append(f"{len(data['report_seeds'])} reported seeds, against the spec's ≥ 10 (the paper: 30), for runtime "
+    lines.append(f"{len(data['report_seeds'])} reported seeds, against ≥ 10 planned (the paper: 30), for runtime "
                  "(benchmarks/RESULTS.md).")
     return "\n".join(lines) + "\n"
 

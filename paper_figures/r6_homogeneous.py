@@ -1,10 +1,10 @@
-"""R6 (specs/asgd.md §9): homogeneous data, where vanilla ASGD has no bias to remove.
+"""R6 (docs/theory.md §12): homogeneous data, where vanilla ASGD has no bias to remove.
 
 All workers share one quadratic (A_i = A, b_i = b) with gradient noise σ = 1; computation times
 τ_i = i + |N(0, i)| drawn per job (Ringmaster's setting, scaled down). Rescaled ASGD spends its
 step mass uniformly over workers where vanilla spends it in proportion to their speed, so at equal
-mean step per update its noise floor is larger by τ_A/τ_H (spec §2.3) and it gains nothing in
-bias: the spec predicts it is the slower method here. Delay-adaptive ASGD and Rennala SGD
+mean step per update its noise floor is larger by τ_A/τ_H (docs/theory.md §5) and it gains nothing in
+bias: theory (docs/theory.md §8.1) predicts it is the slower method here. Delay-adaptive ASGD and Rennala SGD
 (S = n/4) are shown for reference.
 
 The claim judged, "Rescaled ASGD is slower than vanilla ASGD on homogeneous data", is about the

@@ -1,7 +1,7 @@
 """The engine's public face: :func:`run` and :func:`sweep` of any :class:`algos.base.Algorithm` on a
 problem along a schedule, with the options they share (:class:`Options`).
 
-How it is built (DESIGN.md, "The event model"): :mod:`sim.core` holds the compiled run (one run's
+How it is built (docs/layout.md; the event model is docs/theory.md §1): :mod:`sim.core` holds the compiled run (one run's
 carry, chunks, blocks and metrics, as pure functions); this module compiles it in one place
 (:func:`_program`: a segment of one run, or of a sweep's runs laid over the devices by
 :mod:`sim.parallel`); :mod:`sim.driver` calls it segment by segment from the host (one segment for

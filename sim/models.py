@@ -1,6 +1,6 @@
 """Neural-network problems (Flax) on data split across workers.
 
-``mlp_classifier`` builds the MLP problem of the Ringleader/Rescaled experiments (spec §4.5, §9
+``mlp_classifier`` builds the MLP problem of the Ringleader/Rescaled experiments (docs/theory.md §7.6, §12
 R5): images flattened, Linear(p, hidden)–ReLU–Linear(hidden, classes), cross-entropy. Worker i
 samples minibatches only from its own shard; F is the mean of the workers' full-shard losses
 (the full training loss when shards have equal size).
@@ -223,7 +223,7 @@ def conv_impl_for(impl: str, dtype) -> str:
 class CNN(nn.Module):
     """Two 5×5 convolutions (``channels``, ReLU, 2×2 max-pool each), then a dense head
     (``hidden`` units, ReLU; ``hidden=0``: none) and the class logits: the DEAHES-O paper's
-    two-layer CNN (specs/easgd_deahes.md §4; the head's width is our [CHOICE]). Inputs
+    two-layer CNN (docs/theory.md §9.6; the head's width is our choice). Inputs
     [B, H, W] or [B, H, W, C]; kernels are HWIO (Flax)."""
 
     classes: int

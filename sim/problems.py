@@ -98,7 +98,7 @@ class Problem:
         """∇(Σ_i q_i F_i)(params) with q = ``weights`` normalised, from the full local objectives.
 
         Zero where ``params`` is stationary for the q-weighted objective: with q the frequency
-        weights p, where vanilla ASGD is predicted to settle (specs/asgd.md §2.2); with q uniform,
+        weights p, where vanilla ASGD is predicted to settle (docs/theory.md §2); with q uniform,
         ∇F. Works for any problem, networks included (one compiled program per problem's
         functions and shapes)."""
         q = np.asarray(weights, dtype=np.float64)
@@ -158,7 +158,7 @@ def _quad_value_and_grad(data, x, worker, key):
     r = x - b
     Ar = A * r if A.ndim == 1 else A @ r
     loss = 0.5 * jnp.dot(r, Ar)
-    # Isotropic gradient noise of total variance σ² (covariance σ²/d · I), spec §2.3.
+    # Isotropic gradient noise of total variance σ² (covariance σ²/d · I), docs/theory.md §5.
     xi = jax.random.normal(key, x.shape, dtype=x.dtype)
     noise_term = sigma * xi / jnp.sqrt(jnp.asarray(x.shape[0], x.dtype))
     return loss + jnp.dot(noise_term, x), Ar + noise_term
@@ -197,7 +197,7 @@ def quadratic(A, b, *, x0=None, noise: float = 0.0, dtype=None) -> Problem:
     """Heterogeneous quadratics: worker i's loss is ½ (x − b_i)ᵀ A_i (x − b_i).
 
     With ``noise = σ > 0`` each stochastic gradient gets additive isotropic Gaussian noise of
-    total variance σ² (covariance σ²/d · I), independent of x (specs/asgd.md §2.3).
+    total variance σ² (covariance σ²/d · I), independent of x (docs/theory.md §5).
 
     Args:
       A: [n, d, d] symmetric positive semi-definite curvatures (dense), or [n, d] diagonals
@@ -509,7 +509,7 @@ def least_squares(features, targets, *, batch_size: Optional[int] = None, x0=Non
 
     A heterogeneous quadratic (A_i = M_iᵀM_i/m) whose stochastic gradients come from sampling
     ``batch_size`` rows of worker i's data with replacement, as in Mishchenko et al.'s
-    asynchronous-SGD experiments (specs/asgd.md §4.6). The closed-form theory of quadratics
+    asynchronous-SGD experiments (NeurIPS 2022). The closed-form theory of quadratics
     applies: ``curvature`` holds (A_i, b_i) with A_i b_i = M_iᵀ y_i / m.
 
     Args:

@@ -1,6 +1,6 @@
 """Plain reference simulators: a priority queue, a loop, NumPy arithmetic. Nothing shared
 with the engine or the schedule builder, so that tests and benchmarks compare the engine with
-an independent implementation of the event model (specs/asgd.md §1, §2.1).
+an independent implementation of the event model (docs/theory.md §1, §2).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Telemetry for specialisation and divergence: per-layer, per-worker statistics (spec
-mitigation.md §14, T1–T7).
+"""Telemetry for specialisation and divergence: per-layer, per-worker statistics
+(docs/theory.md §11).
 
 Everything here is a pure function of arrays, jit- and vmap-safe, and independent of the engine:
 pass it the stacked worker models (a pytree whose leaves have a leading worker axis ``n``), their
@@ -10,7 +10,7 @@ Layers. A *layer* is a parameter pytree's node one level above its leaves: for F
 dict is a layer on its own. :func:`layer_matrices` flattens a stacked tree into one ``[n, d_ℓ]``
 matrix per layer (kernel and bias together), and the per-layer statistics below work on those.
 
-Formulas (notation of the spec: ``g_i`` worker i's gradient or update in one layer, ``ḡ`` their
+Formulas (notation of docs/theory.md §11: ``g_i`` worker i's gradient or update in one layer, ``ḡ`` their
 mean, ``y_i`` worker i's parameters, ``x̄`` the global ones):
 
 - norms ``‖g_i‖``; cross-worker variance ``V = (1/n) Σ_i ‖g_i − ḡ‖²``; signal-to-noise
@@ -254,7 +254,7 @@ class WorkerSpread:
 @dataclasses.dataclass(frozen=True, eq=False)
 class Representations:
     """Per-layer representation and gradient telemetry on a fixed probe batch, for
-    ``sim.run(..., telemetry=Representations(module, probe_x, probe_y))`` (spec §14 T1–T4).
+    ``sim.run(..., telemetry=Representations(module, probe_x, probe_y))`` (docs/theory.md §11.1–§11.4).
 
     At every log point, for each Flax submodule (layer) of ``module``:
 
@@ -412,7 +412,7 @@ class AfterLocalSteps:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class ShardLossMatrix:
-    """The worker × shard loss matrix of spec §14 T7 at every log point:
+    """The worker × shard loss matrix of docs/theory.md §11.7 at every log point:
     ``shard_loss`` [n, n] with entry (i, j) = shard j's full loss under worker i's model, from
     the problem's own ``local_objectives`` (pass ``problem.fns.local_objectives``). A diagonal
     below its rows' means is specialisation to one's own shard; with i.i.d. shards none is
@@ -434,7 +434,7 @@ class ShardLossMatrix:
 # --- per worker, from the schedule (host side) ------------------------------------------------
 
 def worker_timing(schedule) -> dict[str, np.ndarray]:
-    """Per-worker timing statistics of a :class:`sim.schedules.Schedule` (spec §14 T6), each an
+    """Per-worker timing statistics of a :class:`sim.schedules.Schedule` (docs/theory.md §11.6), each an
     array with one entry per worker:
 
     - ``updates_per_time``: delivered arrivals per unit of simulated time;

@@ -1,4 +1,4 @@
-"""The import direction of DESIGN.md (theory < algos < sim < delaylab < figures and benchmarks;
+"""The import direction of docs/layout.md (theory < algos < sim < delaylab < figures and benchmarks;
 sim knows only the protocol module of algos), as import-linter contracts in pyproject.toml, checked
 by import-linter's own command, ``lint-imports``."""
 

@@ -1,7 +1,7 @@
 """Closed-form predictions and the checks that compare them with measurement.
 
 Plain math over arrays: imports nothing of the project. Also home to the small helpers that both
-``algos`` and ``sim`` need, since a helper two layers share lives in the lower one (DESIGN.md):
+``algos`` and ``sim`` need, since a helper two layers share lives in the lower one (docs/layout.md):
 :mod:`theory.linalg` (reductions over a worker axis as contractions), :mod:`theory.layers` (the
 layers of a parameter pytree) and :mod:`theory.hierarchy` (levels of hierarchical averaging).
 """

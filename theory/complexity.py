@@ -1,5 +1,5 @@
 """Time-complexity lower bounds and reference rates in the fixed-computation model
-(specs/asgd.md §5; Tyurin & Richtárik 2023, restated in Tyurin's "Bridging the gap…", eqs. 2–3).
+(docs/theory.md §8; Tyurin & Richtárik 2023, restated in Tyurin's "Bridging the gap…", eqs. 2–3).
 
 All are Θ(·) statements; the functions return the expression inside Θ with constant 1, so they
 are for comparing shapes and scalings (against τ profiles, ε, σ), not absolute times.

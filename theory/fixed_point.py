@@ -1,6 +1,6 @@
 """Where an ASGD-type method with implicit weights q settles: x_q, the minimiser of Σ q_i F_i.
 
-For quadratics F_i(x) = ½ (x − b_i)ᵀ A_i (x − b_i) it is closed form (specs/asgd.md §2.3):
+For quadratics F_i(x) = ½ (x − b_i)ᵀ A_i (x − b_i) it is closed form (docs/theory.md §3):
 
     x_q = (Σ_i q_i A_i)^{-1} Σ_i q_i A_i b_i.
 
@@ -51,7 +51,7 @@ def quadratic_fixed_point(A, b, weights) -> np.ndarray:
 
 
 def quadratic_gap(A, b, x) -> tuple[float, float]:
-    """F(x) − F* and ‖∇F(x)‖ for F = (1/n) Σ ½(x − b_i)ᵀA_i(x − b_i) (spec §2.3)."""
+    """F(x) − F* and ‖∇F(x)‖ for F = (1/n) Σ ½(x − b_i)ᵀA_i(x − b_i) (docs/theory.md §3)."""
     A = np.asarray(A, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     x = np.asarray(x, dtype=np.float64)
@@ -131,7 +131,7 @@ def clipped_fixed_point(
 
     clip_c(g) = min(1, c/‖g‖) g. With exact local gradients every arrival from worker i moves the
     model by −γ_i clip_c(∇F_i(x)), so the small-step limit balances the clipped gradients with
-    the step-mass weights q (specs/asgd.md §2.2 and §4.11). Where no gradient is clipped there,
+    the step-mass weights q (docs/theory.md §3, §6.7). Where no gradient is clipped there,
     this is x_q; otherwise clipping shrinks the pull of the workers whose gradients are long.
     Solved by Newton with the Jacobian of the clip, (c/‖g‖)(I − ĝĝᵀ) H_i for clipped gradients.
     """

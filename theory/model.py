@@ -1,9 +1,9 @@
 """The theory `delaylab verify` checks, as one value: every prediction it makes, as functions.
 
-A :class:`Theory` holds the formulas of specs/asgd.md §2 that turn a step rule, the workers' job
+A :class:`Theory` holds the formulas of docs/theory.md §2–§5 that turn a step rule, the workers' job
 durations τ and a problem into predictions: the implicit weights q_i ∝ (step mass per unit time)
-(§2.2), the limit x_q, the exact finite-step orbit (§2.3), the noise floor and its ratio (§2.3,
-R3). :data:`PAPER` is the theory as published. ``delaylab verify --mutants`` replaces single
+(§2), the limit x_q (§3), the exact finite-step orbit (§4), the noise floor and its ratio
+(§5). :data:`PAPER` is the theory as published. ``delaylab verify --mutants`` replaces single
 formulas with plausible wrong ones (``dataclasses.replace``) and asks whether some check fails
 under each, which is how one learns that the checks can see a wrong theory at all.
 
@@ -26,7 +26,7 @@ from theory import weights as _w
 
 StepOf = Callable[[int, int], float]  # (worker, staleness) -> γ of that arrival
 
-# The step rules theory knows (specs/asgd.md §3): name -> what the step of an arrival depends on.
+# The step rules theory knows (docs/theory.md §6): name -> what the step of an arrival depends on.
 TAU_ONLY_RULES = ("constant", "rescaled", "inverse_tau")
 DELAY_RULES = ("delay_adaptive", "staleness_aware")
 RULES = TAU_ONLY_RULES + DELAY_RULES
@@ -62,12 +62,12 @@ def _unit_weights(stepsizes, taus):
 
 @dataclasses.dataclass(frozen=True)
 class Theory:
-    """Attributes (each a formula of the spec; the defaults are the published ones):
-      implicit_weights: (γ_i, τ) -> q, q_i ∝ γ_i/τ_i (§2.2).
-      rescaling_mean: τ -> the mean Rescaled ASGD divides by, τ_H (§3.1).
+    """Attributes (each a formula of docs/theory.md; the defaults are the published ones):
+      implicit_weights: (γ_i, τ) -> q, q_i ∝ γ_i/τ_i (§2).
+      rescaling_mean: τ -> the mean Rescaled ASGD divides by, τ_H (§6.2).
       rescaling_power: Rescaled's step is γ (τ_i)^power / mean (1: the published rule).
-      quadratic_fixed_point: (A, b, q) -> x_q = (Σ q_i A_i)^{-1} Σ q_i A_i b_i (§2.3).
-      clipping: whether the limit of clipped ASGD balances the clipped gradients (§4.11).
+      quadratic_fixed_point: (A, b, q) -> x_q = (Σ q_i A_i)^{-1} Σ q_i A_i b_i (§3).
+      clipping: whether the limit of clipped ASGD balances the clipped gradients (§3, §6.7).
       noise_scale: the constant of the noise floor V σ²/(4Γ), relative to the published one.
       floor_ratio: τ -> the predicted ratio of Rescaled's floor to vanilla's, τ_A/τ_H (R3).
       staleness_in: "updates" (the published definition) or "time".
@@ -75,7 +75,7 @@ class Theory:
     """
 
     name: str = "paper"
-    description: str = "the theory as published (specs/asgd.md §2)"
+    description: str = "the theory as published (docs/theory.md §2–§5)"
     implicit_weights: Callable = _unit_weights
     rescaling_mean: Callable = _w.harmonic_mean
     rescaling_power: float = 1.0
@@ -218,7 +218,7 @@ class Theory:
                                      staleness=self.period_staleness, compose=self.compose)
 
     def noise_floor(self, A, b, taus, steps, sigma2: float) -> float:
-        """E F_q − F_q(x_q) ≈ V σ²/(4Γ) (§2.3)."""
+        """E F_q − F_q(x_q) ≈ V σ²/(4Γ) (docs/theory.md §5)."""
         return self.noise_scale * _noise.noise_floor(A, b, taus, steps, sigma2).gap_weighted
 
 

@@ -1,4 +1,4 @@
-"""Stationary noise floors of ASGD-type methods at small steps (specs/asgd.md §2.3, R3).
+"""Stationary noise floors of ASGD-type methods at small steps (docs/theory.md §5).
 
 With additive isotropic gradient noise of total variance σ² (covariance σ²/d · I), small per-worker
 steps γ_i and staleness ignored, the averaged dynamics is an Ornstein–Uhlenbeck process around

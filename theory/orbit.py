@@ -1,4 +1,4 @@
-"""The exact periodic orbit of ASGD-type methods at a finite step (specs/asgd.md §2.3).
+"""The exact periodic orbit of ASGD-type methods at a finite step (docs/theory.md §4).
 
 With σ = 0 and integer computation times τ_i, the arrival pattern repeats every hyperperiod
 H = lcm(τ_i). Each arrival of worker i is an affine map of the state z = (x, y_1, …, y_n):

@@ -1,4 +1,4 @@
-"""Implicit worker weights of asynchronous step-size rules (specs/asgd.md §2.2, §2.4).
+"""Implicit worker weights of asynchronous step-size rules (docs/theory.md §2, §6).
 
 As γ → 0 the iterates of an ASGD-type method follow the averaged flow
 ẋ = −Σ_i (γ_i/τ_i) ∇F_i(x): worker i arrives 1/τ_i times per second and each arrival moves the
@@ -34,7 +34,7 @@ def arithmetic_mean(taus) -> float:
 
 
 def implicit_weights(stepsizes, taus) -> np.ndarray:
-    """q_i = (γ_i/τ_i) / Σ_j (γ_j/τ_j): the objective weights of per-worker steps γ_i (§2.2)."""
+    """q_i = (γ_i/τ_i) / Σ_j (γ_j/τ_j): the objective weights of per-worker steps γ_i (docs/theory.md §2)."""
     t = _taus(taus)
     g = np.broadcast_to(np.asarray(stepsizes, dtype=np.float64), t.shape)
     if not np.all(np.isfinite(g)) or np.any(g < 0) or not np.any(g > 0):
@@ -44,12 +44,12 @@ def implicit_weights(stepsizes, taus) -> np.ndarray:
 
 
 def frequency_weights(taus) -> np.ndarray:
-    """p_i = (1/τ_i) / Σ_j (1/τ_j) = τ_H/(n τ_i): vanilla ASGD's implicit weights (§2.2)."""
+    """p_i = (1/τ_i) / Σ_j (1/τ_j) = τ_H/(n τ_i): vanilla ASGD's implicit weights (docs/theory.md §2)."""
     return implicit_weights(1.0, taus)
 
 
 def rescaled_stepsizes(stepsize: float, taus) -> np.ndarray:
-    """Rescaled ASGD's per-worker steps γ_i = γ τ_i/τ_H (specs/asgd.md §3.1, normalisation (a))."""
+    """Rescaled ASGD's per-worker steps γ_i = γ τ_i/τ_H (docs/theory.md §6.2)."""
     t = _taus(taus)
     return stepsize * t / harmonic_mean(t)
 

@@ -1,4 +1,4 @@
-"""EDiT / A-EDiT (Cheng et al. 2025; spec mitigation.md §10, the Atorch code; see
+"""EDiT / A-EDiT (Cheng et al. 2025; docs/theory.md §10.9, the Atorch code; see
 :mod:`algos.periodic`): per-layer anomaly elimination, weighted averaging and clipping of the
 workers' pseudo-gradients before the outer Nesterov step; A-EDiT's time trigger as a planner of
 per-worker local steps (:func:`a_edit_local_steps`)."""
@@ -169,7 +169,7 @@ def edit(*, stepsize: float = 1.0, local_stepsize: float, local_steps=1, momentu
          clip: Optional[float] = None, clip_scope: str = "layer", step_weight: float = 0.0,
          weight_decay: float = 0.0, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> Algorithm:
     """EDiT's round: local steps, per-layer anomaly elimination, weighted averaging, clipping and an
-    outer Nesterov step (see the module docstring and spec §10).
+    outer Nesterov step (see the module docstring and docs/theory.md §10.9).
 
     Args:
       stepsize, momentum: the outer step (the authors' README: η = 0.7, β = 0.8; 1 and 0 average).

@@ -1,4 +1,4 @@
-"""FedShift on FedAvg (Seo et al. 2024; spec mitigation.md §12; see :mod:`algos.periodic`): the
+"""FedShift on FedAvg (Seo et al. 2024; docs/theory.md §10.10; see :mod:`algos.periodic`): the
 listed workers upload their model quantised to b bits per tensor; the server averages the models
 and shifts every tensor by the quantised share of its mean."""
 

@@ -49,7 +49,7 @@ def local_sgd(*, stepsize: float = 1.0, local_stepsize: float, local_steps=1, mo
 
 
 def dpro_sm_like_local_steps(observed, local_steps: int, *, smoothing: float = 0.3) -> np.ndarray:
-    """A "DPro-SM-like" proactive rule (spec §13, [INFERRED]; DPro-SM itself is published as an
+    """A "DPro-SM-like" proactive rule (docs/theory.md §10.11, a reconstruction; DPro-SM itself is published as an
     abstract only, so its LSTM predictor and allocation rule are not reproduced): per worker, an
     EWMA of its observed per-step times (``observed`` [n, k], oldest first) predicts the next one,
     and the local steps are set so that predicted finish times line up,

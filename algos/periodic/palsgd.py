@@ -1,4 +1,4 @@
-"""PALSGD, pseudo-asynchronous local SGD (Naganuma et al. 2025; spec mitigation.md §11, the
+"""PALSGD, pseudo-asynchronous local SGD (Naganuma et al. 2025; docs/theory.md §10.8, the
 authors' decoupled variant; see :mod:`algos.periodic`).
 
 Each local step is, with probability p, a *pseudo-synchronisation* step y ← y − (γ/p) η_p (y − x̄),

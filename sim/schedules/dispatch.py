@@ -133,12 +133,12 @@ def _rounds(timing, worker_l, start_l, finish_l, delivered, description, compute
 
 def backup_workers(timing: Timing, *, num_rounds: int, backups: int, cancel_on_close: bool = True,
                    description: str = "") -> Schedule:
-    """Synchronous rounds with ``backups`` backup workers (Chen et al. 2016; spec mitigation.md §2).
+    """Synchronous rounds with ``backups`` backup workers (Chen et al. 2016; docs/theory.md §10.1).
 
     All n = N + b workers start round 0 on the same model; a round closes when its N-th result
     computed on the round's model arrives (N = n − ``backups``), in (finish, worker) order.
 
-    ``cancel_on_close=True`` (the spec's idealised variant, the default): the other b jobs are
+    ``cancel_on_close=True`` (an idealised variant, the default): the other b jobs are
     cancelled at the close (undelivered events finishing at the close) and every worker starts the
     next round together: a barrier schedule, for round-based algorithms (``algos.minibatch_sgd``).
     ``backups=0`` is :func:`barrier` exactly.
@@ -254,7 +254,7 @@ def _sync_replicas(timing, num_rounds: int, keep: int, description: str) -> Sche
 
 def hierarchical(timing: Timing, *, num_steps: int, levels, warmup: int = 0, comm_time: float = 0.0,
                  description: str = "") -> Schedule:
-    """Local steps with hierarchical group averaging (spec mitigation.md §4; PyTorch's
+    """Local steps with hierarchical group averaging (docs/theory.md §10.3; PyTorch's
     HierarchicalModelAverager): round k is every worker's k-th local step. After step k the
     groups of :func:`sync_level` (consecutive blocks of workers) average, a blocking collective:
     each member starts step k + 1 at the group's last end plus ``comm_time``. Groups that do not
@@ -295,8 +295,8 @@ def hierarchical(timing: Timing, *, num_steps: int, levels, warmup: int = 0, com
 
 
 def stale_synchronous(timing: Timing, *, num_jobs: int, groups, bound: int | None, description: str = "") -> Schedule:
-    """Stale synchronous parallel within groups (SSP; the intra-group rule of GSP/GSSP, spec
-    mitigation.md §5): a worker that has completed ``c_i`` iterations may start another only while
+    """Stale synchronous parallel within groups (SSP; the intra-group rule of GSP/GSSP,
+    docs/theory.md §10.4): a worker that has completed ``c_i`` iterations may start another only while
     ``c_i <= min_{j in its group} c_j + bound``; otherwise it waits, and it is released the moment
     the slowest of its group reports. ``bound=None``: no waiting (:func:`asynchronous`).
 

@@ -1,4 +1,4 @@
-"""FedStrag's time-bounded rounds (spec mitigation.md §8): a polling server, FIFO client backlogs,
+"""FedStrag's time-bounded rounds (docs/theory.md §10.6): a polling server, FIFO client backlogs,
 releases at broadcasts."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from sim.schedules.timing import Timing, _job_key
 
 def time_bounded_rounds(timing: Timing, *, num_rounds: int, poll: float = 4.0, min_results: int = 1,
                         description: str = "") -> Schedule:
-    """FedStrag's time-bounded rounds (spec mitigation.md §8, as in the authors' server and client).
+    """FedStrag's time-bounded rounds (docs/theory.md §10.6, as in the authors' server and client).
 
     The server broadcasts model ``k`` (tag k) at ``T_k`` (``T_0 = 0``), then checks its queue
     every ``poll`` seconds; at the first check that finds at least ``min_results`` results queued

@@ -31,7 +31,7 @@ class Timing(Protocol):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class FixedTiming:
-    """Fixed computation: every job of worker i takes exactly τ_i (specs/asgd.md §1)."""
+    """Fixed computation: every job of worker i takes exactly τ_i (docs/theory.md §1)."""
 
     taus: np.ndarray
     exact_clock = True

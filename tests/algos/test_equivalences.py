@@ -77,7 +77,7 @@ def test_minibatch_sgd_with_backup_workers_averages_the_first_n():
 
 
 def _sync_replicas_loop(A, b, table, *, N, rounds, gamma):
-    """TensorFlow's SyncReplicasOptimizer as the spec reads it (mitigation.md §2), tick by tick:
+    """TensorFlow's SyncReplicasOptimizer as docs/theory.md §10.1 reads it, tick by tick:
     the chief accepts a gradient only if it was computed on the current global step's model; at
     the N-th it steps on their mean; a worker whose gradient was accepted waits for that close,
     a worker whose gradient was dropped starts again at once on the current model."""

@@ -173,7 +173,7 @@ def test_wbsp_equals_a_plain_loop_and_fast_workers_pull_after_the_slow_push():
 
 def test_wbsp_by_hand_on_two_workers():
     # worker 0 every 1 s, worker 1 (slow) every 3 s; at t = 3 worker 0 is ordered first, so it
-    # does not see the slow push's flag until its next push (spec §1's tie rule).
+    # does not see the slow push's flag until its next push (docs/theory.md §1's tie rule).
     prob = sim.problems.random_quadratic(2, 1, seed=0)
     A, b = prob.curvature
     sched = schedules.fixed_computation([1.0, 3.0], num_events=5)  # order: 0, 0, 0(t=3), 1(t=3), 0(t=4)

@@ -131,7 +131,7 @@ def _two_layer_quadratic(A, b):
 
 
 class _Ewma:
-    """The anomaly detector of spec §10, written out plainly."""
+    """The anomaly detector of docs/theory.md §10.9, written out plainly."""
 
     def __init__(self, alpha, warmup, theta):
         self.alpha, self.warmup, self.theta = alpha, warmup, theta

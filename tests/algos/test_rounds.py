@@ -106,7 +106,7 @@ def test_ringleader_matches_plain_loop_and_is_unbiased():
     assert st["max_b"] > 1  # fast workers contribute several gradients per table entry
     long = sim.run(algos.ringleader_asgd(stepsize=gamma), prob, schedules.fixed_computation(TAUS, num_events=8000),
                    key=jax.random.key(0))
-    assert np.linalg.norm(long.params - prob.minimiser) < 1e-8  # spec §4.5: exact with σ = 0
+    assert np.linalg.norm(long.params - prob.minimiser) < 1e-8  # docs/theory.md §7.6: exact with σ = 0
 
 
 def test_one_worker_degenerate_cases_are_sgd():

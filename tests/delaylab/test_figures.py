@@ -111,7 +111,7 @@ def test_r1_vanilla_and_rescaled_settle_where_theory_says(tmp_path):
     assert [r["verdict"] for r in rows_v] == ["holds", "does not hold"]  # the printed 1/τ rule is more biased
     rows = np.genfromtxt(tmp_path / "fig_a.csv", delimiter=",", names=True)
     assert rows.dtype.names == ("time", "x_vanilla", "x_rescaled", "x_inverse_tau")
-    # the limits are closed forms (specs/asgd.md §2.3): τ = (1, 5, 10), b = (1, −1, −2), unit curvature
+    # the limits are closed forms (docs/theory.md §3): τ = (1, 5, 10), b = (1, −1, −2), unit curvature
     q = 1 / np.array([1.0, 5.0, 10.0])
     b = np.array([1.0, -1.0, -2.0])
     tail = rows["time"] >= 150

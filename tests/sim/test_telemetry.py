@@ -1,4 +1,4 @@
-"""sim.telemetry against plain NumPy written from the formulas (spec mitigation.md §14); float64
+"""sim.telemetry against plain NumPy written from the formulas (docs/theory.md §11); float64
 (tests/conftest.py enables x64)."""
 
 import jax
@@ -25,7 +25,7 @@ def np_cka_hsic(x, y):  # Gram form with the centring matrix H and HSIC₀
     return hsic(K, L) / np.sqrt(hsic(K, K) * hsic(L, L))
 
 
-def np_hsic1(K, L):  # the spec's unbiased estimator, term by term
+def np_hsic1(K, L):  # the unbiased estimator of docs/theory.md §11.2, term by term
     m = K.shape[0]
     Kt, Lt = K.copy(), L.copy()
     np.fill_diagonal(Kt, 0.0)

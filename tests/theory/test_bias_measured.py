@@ -42,7 +42,7 @@ def test_random_durations_weights_follow_mean_durations():
 
 
 def test_orbit_offset_is_linear_in_stepsize():
-    """specs/asgd.md §2.3: at finite γ the orbit average sits O(γ) away from x_q."""
+    """docs/theory.md §4: at finite γ the orbit average sits O(γ) away from x_q."""
     taus = np.array([1.0, 2.0, 3.0, 5.0, 8.0])
     prob = sim.problems.random_quadratic(5, 3, condition=3.0, spread=2.0, seed=5)
     A, b = prob.curvature

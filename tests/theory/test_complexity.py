@@ -28,7 +28,7 @@ def test_heterogeneous_bound_closed_form_and_ordering():
 
 def test_limits_from_the_spec():
     """τ_1 → 0: the homogeneous bound vanishes, the heterogeneous one barely moves; a growing
-    straggler τ_n blows up the heterogeneous bound but not the homogeneous one (spec §5)."""
+    straggler τ_n blows up the heterogeneous bound but not the homogeneous one (docs/theory.md §8)."""
     base = np.array([1.0, 2.0, 3.0, 4.0])
     fast = base.copy()
     fast[0] = 1e-6

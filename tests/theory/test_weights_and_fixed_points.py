@@ -9,7 +9,7 @@ def test_frequency_weights_closed_form():
     p = theory.frequency_weights(taus)
     tau_h = len(taus) / np.sum(1 / taus)
     np.testing.assert_allclose(p, tau_h / (len(taus) * taus), rtol=1e-14)
-    # the table of specs/asgd.md §2.4 (measured there, printed to 3 digits)
+    # the example of docs/theory.md §6 (printed to 3 digits)
     np.testing.assert_allclose(p, [0.353, 0.236, 0.177, 0.118, 0.071, 0.044], atol=1e-3)
 
 
@@ -22,7 +22,7 @@ def test_rescaled_steps_give_uniform_weights_and_mean_step_gamma():
 
 
 def test_two_worker_closed_form():
-    # n = 2, τ = (1, κ), a_i = 1, b = (−1, +1): x_p = (1 − κ)/(1 + κ) (specs/asgd.md §2.3)
+    # n = 2, τ = (1, κ), a_i = 1, b = (−1, +1): x_p = (1 − κ)/(1 + κ) (docs/theory.md §3)
     for kappa in (1.0, 2.0, 10.0):
         p = theory.frequency_weights([1.0, kappa])
         xp = theory.quadratic_fixed_point(np.ones((2, 1)), np.array([[-1.0], [1.0]]), p)
