@@ -1,6 +1,6 @@
 """Every registered algorithm through the same checks (in the manner of optax's alias tests).
 
-For each entry of ``delaylab.registry.METHODS``: (a) rebuilding it with new hyperparameter values,
+For each entry of ``tests.algos.methods.METHODS``: (a) rebuilding it with new hyperparameter values,
 by calling its factory again or by ``with_hparams``, reuses the compiled program, and the new
 values change the run; (b) its hyperparameters sweep in one ``sim.sweep``; (c) it runs in float32
 and float64, to the same numbers up to float32 rounding; (d) its degenerate case equals the plainer
@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 import sim
-from delaylab.registry import METHODS, SETTING_TAUS
 from sim import engine, schedules
+from tests.algos.methods import METHODS, SETTING_TAUS
 
 
 def _compiles() -> int:
@@ -124,3 +124,28 @@ def test_an_out_of_domain_value_is_refused_before_compiling(name, argument, valu
         with pytest.raises(ValueError, match=argument):
             _run(alg.with_hparams(**{argument: value}), m.schedule, network=m.network)
     assert _compiles() == before
+
+
+def test_register_and_unregister_an_algorithm_entry():
+    """delaylab.registry.register adds an entry with its source; the same entry again is a no-op,
+    another entry under a taken name a ValueError naming it; unregister removes it."""
+    import dataclasses
+
+    from delaylab import registry
+
+    entry = dataclasses.replace(registry.ALGORITHMS["asgd"], name="asgd_plugin_copy", summary="a copy")
+    assert "asgd_plugin_copy" not in registry.ALGORITHMS
+    try:
+        registry.register(entry, source="tests/plugin.py")
+        registry.register(entry, source="tests/plugin.py")
+        assert registry.algorithm("asgd_plugin_copy") is entry
+        assert registry.source("asgd_plugin_copy") == "tests/plugin.py" and registry.source("asgd") is None
+        with pytest.raises(ValueError, match="'asgd_plugin_copy' is already registered \\(by tests/plugin.py\\)"):
+            registry.register(dataclasses.replace(entry, summary="another"), source="other.py")
+        with pytest.raises(ValueError, match="'asgd' is already registered"):
+            registry.register(dataclasses.replace(entry, name="asgd"))
+    finally:
+        registry.unregister("asgd_plugin_copy")
+    assert "asgd_plugin_copy" not in registry.ALGORITHMS and "asgd_plugin_copy" not in registry.SOURCES
+    with pytest.raises(ValueError, match="unknown algorithm 'asgd_plugin_copy'"):
+        registry.unregister("asgd_plugin_copy")
