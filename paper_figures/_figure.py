@@ -213,8 +213,8 @@ class Figure:
       save, load: how the data are stored (default: :func:`save_data`, :func:`load_data`).
       verdicts: optional ``data -> [row]``, the figure's verdicts on the papers' claims, one row
         per claim (keys ``claim``, ``verdict``, ``evidence``, ``conditions``), written to
-        ``<stem>.verdicts.json``; ``python -m paper_figures.table`` writes the README's verdict
-        table from these files.
+        ``<stem>.verdicts.json``; ``python -m paper_figures.table`` writes the verdict table of
+        docs/findings.md from these files.
     """
 
     name: str

@@ -1,4 +1,4 @@
-"""Which reading of DEAHES-O reproduces the paper? A reconstruction study (issue 21, part 6).
+"""Which reading of DEAHES-O reproduces the paper? A reconstruction study.
 
 The paper's body (its equations for the trend a and the weight maps h1, h2) is not available to
 us (docs/theory.md §9.6): the weight map and the oracle are reconstructions. This figure
@@ -270,12 +270,12 @@ def findings(data: dict) -> str:
 
 
 def verdicts(data: dict) -> list:
-    """The README's rows: at the default reading, per oracle reading and claim, whether it holds
-    under every (semantics, failure model) condition (:func:`delaylab.claims.all_of`); and the
-    sanity check. The text gives every reading's verdicts."""
+    """The rows of the verdict table (docs/findings.md): at the default reading, per oracle reading
+    and claim, whether it holds under every (semantics, failure model) condition
+    (:func:`delaylab.claims.all_of`); and the sanity check. The text gives every reading's verdicts."""
     cond = f"{data['preset']}: {data['dataset']}, P = {data['workers']}, τ = {data['period']}, {data['rounds']} rounds, " \
            f"{len(data['seeds'])} seeds (each resampling split, init, evaluation subset, minibatches, probes, failures); " \
-           "the paper's step sizes, not tuned; weight map and oracle are reconstructions (specs/easgd_deahes.md §4)"
+           "the paper's step sizes, not tuned; weight map and oracle are reconstructions (the paper's summary leaves them open)"
     v, iv, _ = sanity(data)[DEFAULT_READING]
     out = [{"claim": f"DEAHES-O ({DEFAULT_READING}) equals EAHES-O without failures (±{EQUAL_MARGIN:.0%})",
             "verdict": v, "evidence": f"loss difference {iv}", "conditions": cond}]

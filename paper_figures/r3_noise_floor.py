@@ -101,8 +101,8 @@ def _claims(data: dict) -> list:
               np.log(np.asarray(r["measured_seeds"]) / np.asarray(v["measured_seeds"]) / pred), np.log1p(MARGIN))
              for v in small if v["rule"] == "asgd" for r in small
              if r["rule"] == "rescaled_asgd" and r["sigma"] == v["sigma"] and r["stepsize"] == v["stepsize"]]
-    return [("The small-step noise floor V σ²/(4Γ) (spec §2.3), vanilla and Rescaled, γ ≤ %g" % SMALL, formula),
-            ("Rescaled's floor is τ_A/τ_H = %.3f times vanilla's at equal mean step (spec §2.3), γ ≤ %g" % (pred, SMALL),
+    return [("The small-step noise floor V σ²/(4Γ), vanilla and Rescaled, γ ≤ %g" % SMALL, formula),
+            ("Rescaled's floor is τ_A/τ_H = %.3f times vanilla's at equal mean step, γ ≤ %g" % (pred, SMALL),
              pairs)]
 
 

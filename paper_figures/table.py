@@ -1,12 +1,12 @@
-"""The README's verdict table, written from the figures' verdict files.
+"""The verdict table of docs/findings.md, written from the figures' verdict files.
 
-    python -m paper_figures.table [--check] [--output DIR] [--readme README.md]
+    python -m paper_figures.table [--check] [--output DIR] [--findings docs/findings.md]
 
 Every figure that judges a paper's claim writes ``<stem>.verdicts.json`` beside its text (one row
 per claim: claim, verdict, evidence, conditions; :class:`paper_figures._figure.Figure`). This
 collects the files of ``paper_figures/output/`` and writes them as one Markdown table between the
-README's markers ``<!-- verdicts:begin -->`` and ``<!-- verdicts:end -->``, so that no verdict in
-the README is typed by hand. ``--check`` writes nothing and exits 1 when the README differs from
+markers ``<!-- verdicts:begin -->`` and ``<!-- verdicts:end -->`` of docs/findings.md, so that no
+verdict there is typed by hand. ``--check`` writes nothing and exits 1 when the file differs from
 what it would write (the test suite runs it).
 """
 
@@ -45,10 +45,10 @@ def table(rs: list) -> str:
     return "\n".join(lines)
 
 
-def render(readme: str, rs: list) -> str:
-    if readme.count(BEGIN) != 1 or readme.count(END) != 1 or readme.index(BEGIN) > readme.index(END):
-        raise ValueError(f"the README must hold the markers {BEGIN} and {END} once each, in that order")
-    head, rest = readme.split(BEGIN)
+def render(document: str, rs: list) -> str:
+    if document.count(BEGIN) != 1 or document.count(END) != 1 or document.index(BEGIN) > document.index(END):
+        raise ValueError(f"the findings file must hold the markers {BEGIN} and {END} once each, in that order")
+    head, rest = document.split(BEGIN)
     _, tail = rest.split(END)
     return f"{head}{BEGIN}\n{table(rs)}\n{END}{tail}"
 
@@ -56,23 +56,24 @@ def render(readme: str, rs: list) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--output", default=os.path.join(HERE, "output"), help="the figures' folder")
-    ap.add_argument("--readme", default=os.path.join(os.path.dirname(HERE), "README.md"))
-    ap.add_argument("--check", action="store_true", help="exit 1 if the README's table is not up to date")
+    ap.add_argument("--findings", default=os.path.join(os.path.dirname(HERE), "docs", "findings.md"),
+                    help="the file whose markers hold the table (default: docs/findings.md)")
+    ap.add_argument("--check", action="store_true", help="exit 1 if the file's table is not up to date")
     args = ap.parse_args(argv)
-    with open(args.readme) as fh:
+    with open(args.findings) as fh:
         old = fh.read()
     rs = rows(args.output)
     new = render(old, rs)
     if args.check:
         if new != old:
-            print(f"{args.readme}: the verdict table differs from {args.output}/*.verdicts.json; "
+            print(f"{args.findings}: the verdict table differs from {args.output}/*.verdicts.json; "
                   "run python -m paper_figures.table", file=sys.stderr)
             return 1
         return 0
     if new != old:
-        with open(args.readme, "w") as fh:
+        with open(args.findings, "w") as fh:
             fh.write(new)
-    print(f"{args.readme}: {len(rs)} verdict rows")
+    print(f"{args.findings}: {len(rs)} verdict rows")
     return 0
 
 

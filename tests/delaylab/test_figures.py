@@ -2,6 +2,7 @@
 and each figure's own claims on small presets, against independent numbers."""
 
 import dataclasses
+import os
 
 import numpy as np
 import pytest
@@ -415,9 +416,9 @@ def test_deahes_part_equals_a_direct_sweep_and_redraws(tmp_path, monkeypatch):
     assert (out / "deahes.txt").read_text() == text
 
 
-def test_the_readme_verdict_table_matches_the_figures_verdict_files(tmp_path):
-    """The README's verdict rows are the committed *.verdicts.json, not typed by hand; and the
-    table is rewritten between its markers only."""
+def test_the_findings_verdict_table_matches_the_figures_verdict_files(tmp_path):
+    """The verdict rows of docs/findings.md are the committed *.verdicts.json, not typed by hand;
+    the table is rewritten between its markers only; and the README carries no verdicts."""
     from paper_figures import table
 
     assert table.main(["--check"]) == 0
@@ -426,3 +427,6 @@ def test_the_readme_verdict_table_matches_the_figures_verdict_files(tmp_path):
     assert out.startswith("head\n") and out.endswith("tail\n") and "STALE" not in out and "a \\| b" in out
     with pytest.raises(ValueError, match="markers"):
         table.render("no markers", rs)
+    readme = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "README.md")
+    with open(readme) as fh:
+        assert table.BEGIN not in fh.read()

@@ -39,7 +39,7 @@ def test_until_gives_the_shortest_schedule_that_reaches_the_horizon():
 
 def test_mitigation_experiment_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
     """Through the CLI, on a tiny preset and two of the six schemes, each at its bracketed step
-    (each scheme compiles its own programs; the real preset's runtime is in the README, not tested)."""
+    (each scheme compiles its own programs; the real preset's runtime is in benchmarks/RESULTS.md, not tested)."""
     import csv
     import json
 
