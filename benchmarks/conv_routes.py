@@ -1,5 +1,5 @@
 """Can XLA's own convolution replace the native (oneDNN, C++) one? The CNN's convolution routes
-inside a ``lax.scan`` body, on CPU (issue 20, part 6; results in RESULTS.md). XLA flags come from
+inside a ``lax.scan`` body, on CPU (results in RESULTS.md). XLA flags come from
 the environment (``XLA_FLAGS``), so one process measures one flag set; the first route named is
 the reference (default: "native", which needs ``make native``), timed interleaved rep by rep with
 the others so that ratios within a process share the machine's load.
@@ -22,7 +22,7 @@ CONVBENCH_HLO=DIR writes each route's optimized HLO there.
 
 Routes (how Conv2D computes):
   native        sim.native (oneDNN through jax.ffi)           [sim.models.CNN(conv_impl="native")]
-  im2col        sim.models.conv2d_im2col                     [conv_impl="im2col"]
+  im2col        sim.conv.conv2d_im2col                       [conv_impl="im2col"]
   lax           lax.conv_general_dilated NHWC/HWIO (the project's "lax")  [conv_impl="lax"]
   lax_nchw      x→NCHW, kernel→OIHW, conv_general_dilated NCHW/OIHW/NCHW, back to NHWC
                 (also what jax.lax.conv computes: its dimension numbers are NCHW/OIHW)
@@ -49,12 +49,12 @@ import numpy as np
 import optax
 
 import sim
-from sim import models, native
+from sim import conv, models, native
 
 WORKERS, BATCH, SHARD = 8, 64, 512
 
 
-# --- convolution variants (patched into sim.models.Conv2D's im2col slot) ----------------------
+# --- convolution variants (patched into sim.conv.Conv2D's im2col slot) ------------------------
 
 def conv_nchw(x, k):
     y = jax.lax.conv_general_dilated(jnp.transpose(x, (0, 3, 1, 2)), jnp.transpose(k, (3, 2, 0, 1)), (1, 1), "SAME",
@@ -135,9 +135,9 @@ def conv_canon(x, k):
 
 
 VARIANTS = {"lax_nchw": conv_nchw, "lax_oihw": conv_oihw, "lax_patches": conv_patches, "lax_canon": conv_canon}
-_orig_im2col = models.conv2d_im2col
+_orig_im2col = conv.conv2d_im2col
 _current = {"fn": _orig_im2col}
-models.conv2d_im2col = lambda x, k: _current["fn"](x, k)
+conv.conv2d_im2col = lambda x, k: _current["fn"](x, k)
 
 
 def module_for(route):

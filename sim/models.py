@@ -18,7 +18,7 @@ import numpy as np
 import optax
 
 from sim import data as data_lib
-from sim import native
+from sim.conv import CONV_IMPLS, Conv2D, conv2d_im2col, conv_impl_for  # noqa: F401 (public here too)
 from sim.problems import Problem, ProblemFns, worker_batch
 
 
@@ -150,74 +150,6 @@ def max_pool_2x2(x):
         x = jnp.pad(x, ((0, 0), (0, H % 2), (0, W % 2), (0, 0)), constant_values=-jnp.inf)
         B, H, W, C = x.shape
     return x.reshape(B, H // 2, 2, W // 2, 2, C).max(axis=(2, 4))
-
-
-# How "auto" convolutions compute (benchmarks/RESULTS.md; the 2-core CPU, XLA 0.10, batch 64, 5×5
-# SAME kernels). XLA's CPU convolution is slow inside loops: inside a lax.scan body (where the
-# engine runs every job) the 28×28 CNN's gradient took 1783 ms with it against 130 ms outside, and
-# 237 ms by im2col either way. oneDNN's convolution (sim.native) beats im2col at every size the
-# CNN meets: one SGD step of the 28×28 CNN in lax.map over 8 workers 23 against 54 ms per worker,
-# of the 8×8 digits CNN 2.5 against 3.9 ms (vmap: 2.7 against 6.3). So on CPU "auto" is native
-# where it is built (float32), else im2col; other backends keep XLA's own convolution.
-
-
-def conv2d_im2col(x, kernel):
-    """A stride-1 "SAME" convolution of [B, H, W, C] by an HWIO kernel as one matrix product: the
-    kernel's shifted windows stacked along the channel axis (im2col), then a dot with the kernel
-    reshaped to [kh·kw·C, O]."""
-    kh, kw, cin, cout = kernel.shape
-    B, H, W, _ = x.shape
-    ph, pw = (kh - 1) // 2, (kw - 1) // 2
-    xp = jnp.pad(x, ((0, 0), (ph, kh - 1 - ph), (pw, kw - 1 - pw), (0, 0)))
-    cols = jnp.concatenate([xp[:, i:i + H, j:j + W, :] for i in range(kh) for j in range(kw)], axis=-1)
-    return cols @ kernel.reshape(kh * kw * cin, cout)
-
-
-class Conv2D(nn.Module):
-    """A 5×5 (``size``) stride-1 "SAME" convolution with bias, HWIO kernel (the parameters of
-    ``flax.linen.Conv``: ``kernel`` lecun-normal, ``bias`` zeros). ``impl``: "lax"
-    (``lax.conv_general_dilated``), "im2col" (:func:`conv2d_im2col`), "native" (oneDNN through
-    ``jax.ffi``, :mod:`sim.native`; float32 on CPU, else im2col) or "auto": on CPU "native"
-    where it is built, else im2col; XLA's convolution on other backends (see
-    :func:`conv_impl_for`)."""
-
-    features: int
-    size: int = 5
-    impl: str = "auto"
-
-    @nn.compact
-    def __call__(self, x):
-        kernel = self.param("kernel", nn.initializers.lecun_normal(), (self.size, self.size, x.shape[-1], self.features),
-                            x.dtype)
-        bias = self.param("bias", nn.initializers.zeros, (self.features,), x.dtype)
-        dt = jnp.result_type(x, kernel)
-        x, kernel, bias = x.astype(dt), kernel.astype(dt), bias.astype(dt)
-        impl = conv_impl_for(self.impl, dt)
-        if impl == "im2col":
-            y = conv2d_im2col(x, kernel)
-        elif impl == "native":
-            y = native.conv2d_same(x, kernel)
-        else:
-            y = jax.lax.conv_general_dilated(x, kernel, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
-        return y + bias.reshape((1,) * (y.ndim - 1) + (-1,))
-
-
-CONV_IMPLS = ("auto", "native", "im2col", "lax")
-
-
-def conv_impl_for(impl: str, dtype) -> str:
-    """What :class:`Conv2D` with ``impl`` computes by in ``dtype`` on the default backend:
-    "im2col", "native" or "lax" (the rule in :class:`Conv2D`'s docstring)."""
-    if impl not in CONV_IMPLS:
-        raise ValueError(f"conv impl must be one of {CONV_IMPLS}; got {impl!r}")
-    native_ok = jnp.dtype(dtype) == jnp.float32 and jax.default_backend() == "cpu" and native.available()
-    if impl == "native":
-        return "native" if native_ok else "im2col"
-    if impl == "auto":
-        if jax.default_backend() != "cpu":
-            return "lax"
-        return "native" if native_ok else "im2col"
-    return impl
 
 
 class CNN(nn.Module):

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from sim.sampling import sample_indices
 from theory.arguments import as_numbers
 from theory.fixed_point import quadratic_fixed_point, weighted_minimiser
 
@@ -68,7 +69,7 @@ class Problem:
         numerical solver of weighted objectives; None where not provided.
       curvature: for quadratics, the (A, b) pair in float64, for closed-form theory.
       convolution: for problems with convolutions, how they are computed ("native" (oneDNN),
-        "im2col" or "lax"; :func:`sim.models.conv_impl_for`): float32 results differ in the last
+        "im2col" or "lax"; :func:`sim.native.conv_impl_for`): float32 results differ in the last
         bits between them, so runs, checkpoints and figure parts record it. None: no convolution.
     """
 
@@ -124,16 +125,6 @@ class Problem:
 @functools.partial(jax.jit, static_argnums=0)
 def _weighted_gradient(fns: ProblemFns, data, params, weights):
     return jax.grad(lambda p: jnp.dot(weights, fns.local_objectives(data, p)))(params)
-
-
-def sample_indices(key, count: int, size: int) -> jax.Array:
-    """``count`` indices drawn uniformly with replacement from range(size).
-
-    ``bits % size``: one 32-bit word per index, which on CPU costs about half of
-    ``jax.random.randint`` (measured in benchmarks/RESULTS.md). The modulo bias is below
-    size/2³² (2.4e-7 for 1000 rows), and zero when size is a power of two.
-    """
-    return (jax.random.bits(key, (count,), jnp.uint32) % jnp.uint32(size)).astype(jnp.int32)
 
 
 def worker_batch(data, inputs: str, targets: str, worker, key, batch_size: Optional[int]):

@@ -39,17 +39,6 @@ def git_revision() -> str:
         return "unknown"
 
 
-def _convolution() -> str:
-    """What a CNN's float32 convolutions use in this process (:func:`sim.models.conv_impl_for`'s
-    rule), with the reason where the native one is not used."""
-    import jax.numpy as jnp
-
-    from sim import models, native
-
-    used = models.conv_impl_for("auto", jnp.float32)
-    return {"native": "native (oneDNN)", "im2col": f"im2col ({native.status()})"}.get(used, used)
-
-
 def environment() -> dict:
     versions = {}
     for name in _PACKAGES:
@@ -59,13 +48,15 @@ def environment() -> dict:
             versions[name] = None
     import jax
 
+    from sim import native
+
     return {
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "machine": platform.machine(),
         "jax_backend": jax.default_backend(),
         "x64": bool(jax.config.jax_enable_x64),
-        "convolution": _convolution(),
+        "convolution": native.convolution_in_use(),
         "packages": versions,
         "git_revision": git_revision(),
     }

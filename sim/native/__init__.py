@@ -5,7 +5,7 @@ On this project's 2-core CPU, XLA's own convolution is slow inside the engine's 
 im2col route spends most of the CNN's step building patches and in three large matmuls
 (``benchmarks/RESULTS.md``); oneDNN's direct convolution does the 14×14, 32 → 64 layer's forward,
 input gradient and kernel gradient in about a third of that time. Why C++ rather than an XLA flag
-(measured 2026-12-05, ``python -m benchmarks.conv_routes``): no XLA CPU option in jaxlib 0.10.2
+(``python -m benchmarks.conv_routes``, benchmarks/RESULTS.md): no XLA CPU option in jaxlib 0.10.2
 (YNNPACK convolutions on or off, oneDNN or XNNPACK fusions, which take no convolutions) nor any
 layout brings XLA's convolution within 13x of these kernels per SGD step; the best pure-JAX
 arrangement takes 1.26–5.6x their time. So it stays, opt-in.
@@ -22,7 +22,7 @@ the map on one tangent and the other, so reverse mode, forward mode and their co
 ``vmap`` folds a batch into N where the kernel is shared, and maps over it otherwise.
 
 Where the library is not built (or ``DELAYLAB_NATIVE_CONV=0``), for other dtypes and on other
-backends, :func:`conv2d_same` is not used: :class:`sim.models.Conv2D` falls back to im2col, and
+backends, :func:`conv2d_same` is not used: :class:`sim.conv.Conv2D` falls back to im2col, and
 the primitives themselves lower to XLA's convolution off CPU.
 """
 
@@ -68,6 +68,33 @@ def available() -> bool:
 def status() -> str:
     """"oneDNN" where the native convolution is in use, else the reason it is not."""
     return _load()[1]
+
+
+CONV_IMPLS = ("auto", "native", "im2col", "lax")  # the routes of sim.conv.Conv2D
+
+
+def conv_impl_for(impl: str, dtype) -> str:
+    """What :class:`sim.conv.Conv2D` with ``impl`` computes by in ``dtype`` on the default
+    backend: "im2col", "native" or "lax". "native" is taken for float32 on CPU where the library
+    is built (else im2col); "auto" is "native" where that holds, im2col elsewhere on CPU, XLA's
+    own convolution on other backends."""
+    if impl not in CONV_IMPLS:
+        raise ValueError(f"conv impl must be one of {CONV_IMPLS}; got {impl!r}")
+    native_ok = jnp.dtype(dtype) == jnp.float32 and jax.default_backend() == "cpu" and available()
+    if impl == "native":
+        return "native" if native_ok else "im2col"
+    if impl == "auto":
+        if jax.default_backend() != "cpu":
+            return "lax"
+        return "native" if native_ok else "im2col"
+    return impl
+
+
+def convolution_in_use() -> str:
+    """What a CNN's float32 convolutions compute by in this process ("auto"), with the reason
+    where the native one is not used: recorded in every run folder's environment."""
+    used = conv_impl_for("auto", jnp.float32)
+    return {"native": "native (oneDNN)", "im2col": f"im2col ({status()})"}.get(used, used)
 
 
 # --- XLA reference (other backends and the tests): the same maps by lax's convolution ----------

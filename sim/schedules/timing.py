@@ -164,7 +164,7 @@ class ExampleCostTiming:
 
     Worker i's shard has m examples with static costs ``costs[i]`` (for example sequence lengths,
     or any table the user provides). Job k of worker i draws ``batch_size`` of them with the
-    problem's own sampler (``sim.problems.sample_indices``: uniform with replacement) and the key
+    problem's own sampler (``sim.sampling.sample_indices``: uniform with replacement) and the key
     the engine will hand that job (:func:`job_keys`), and takes
     ``overhead_i + time_per_cost_i · Σ cost of the drawn examples``; with ``steps = H`` the job
     is H local steps, each on its own draw. So "the stragglers are the workers that drew costly
@@ -237,7 +237,7 @@ class ExampleCostTiming:
         """[jobs, draws] indices into worker ``worker``'s shard that its jobs 0..jobs−1 draw."""
         import jax
 
-        from sim.problems import sample_indices
+        from sim.sampling import sample_indices
 
         m = self.costs.shape[1]
         ks = job_keys(self.key, worker, jobs, self.steps)
