@@ -7,13 +7,13 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test native bench bench-workers bench-workers-current torch torch-current data clean
 
 # Byte-compiled on every core after the install (compileall -j 0) rather than by pip, which
-# compiles one file at a time: measured 2026-12-05 on a fresh clone, 38 s + 26 s against 84 s.
+# compiles one file at a time (faster; timings in benchmarks/RESULTS.md, "The trims").
 # Compiled it must be: where PYTHONDONTWRITEBYTECODE is set (as on this project's machines) no
 # import writes a .pyc, so every process the suite starts (Ray's daemons and actors, the CLI and
-# 8-device subprocesses, notebook kernels) compiles its imports again, and tests/sim/test_real.py
-# alone took 72 s instead of 39 s. Left out: the installed packages' own tests, Ray's libraries
+# 8-device subprocesses, notebook kernels) compiles its imports again, which roughly doubles
+# tests/sim/test_real.py. Left out: the installed packages' own tests, Ray's libraries
 # that nothing here imports (RLlib, Data, Train, Tune, Serve, LLM), pip and setuptools, a third of
-# the files: 19 s instead of 30 s (measured 2026-12-06); a module left out still compiles on import.
+# the files, which saves a third of the time; a module left out still compiles on import.
 NOT_IMPORTED := '/(tests?|ray/(rllib|data|train|tune|llm|serve)|pip|setuptools|_distutils_hack)/'
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)

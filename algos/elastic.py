@@ -585,14 +585,12 @@ def deahes_o(*, learning_rate: float = 0.01, alpha: float = 0.1, a0: float = 1.0
 
     Default reading [CHOICE]: the ramp starts at a = −a0 (``a_start=None``; a dead zone as wide as
     the ramp) and h1 rises to 0.5 at its end: the reading that passes the failure-free sanity
-    check of issue 21 (without failures DEAHES-O must equal EAHES-O, mean h1 within 10% of α).
-    Measured on the DEAHES quick setting (digits, P = 4, a0 = 2 sd of a calibrated on other draws;
-    `delaylab figure deahes-readings --quick`, 3 seeds, τ = 1): DEAHES-O − EAHES-O in final loss
-    +0.0040 ± 0.0020 (95%), mean h1 0.103–0.106. The other readings tried there fail it: no dead
-    zone (ramp from a = 0, cap 1) +0.10 ± 0.06 with mean h1 0.20–0.29, since the failure-free
-    trend has mean +0.046 and sd 0.023 and a0 = 2 sd puts its ordinary dips inside the ramp; a
-    dead zone of a0 with cap 1, +0.08 ± 0.10 with mean h1 0.19–0.27 (a snap onto the master
-    makes the worker's distance grow back, the trend dips, and the rule fires again).
+    check (without failures DEAHES-O must equal EAHES-O, mean h1 within 10% of α).
+    `delaylab figure deahes-readings` compares the readings. The others fail the check: without
+    a dead zone (ramp from a = 0, cap 1) the failure-free trend's ordinary dips fall inside the
+    ramp when a0 is a couple of its standard deviations; with a dead zone of a0 and cap 1, a snap
+    onto the master makes the worker's distance grow back, the trend dips, and the rule fires
+    again.
     ``exchange`` replaces the dynamic rule by another."""
     if a_start is None:
         a_start = -a0

@@ -1,4 +1,4 @@
-"""What the heterogeneity lab's four figures share (issue 5): four measured answers to questions a survey of straggler
+"""What the heterogeneity lab's four figures share: four measured answers to questions a survey of straggler
 handling leaves open (the straggler-mitigation survey behind docs/theory.md §10).
 
 All four train the same MLP (pixels → hidden → 10, ReLU) on MNIST-format data

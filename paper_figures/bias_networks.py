@@ -1,4 +1,4 @@
-"""The frequency-weighted bias on networks (issue 24, part 1): does vanilla ASGD settle near a
+"""The frequency-weighted bias on networks: does vanilla ASGD settle near a
 stationary point of the p-weighted objective F_p = Σ p_i F_i, p_i ∝ 1/τ_i (docs/theory.md §2),
 on an MLP and a small CNN trained on non-i.i.d. shards, as it provably does on quadratics?
 

@@ -1,4 +1,4 @@
-"""Heterogeneity lab: duration and difficulty (issue 24, part 4). Do slow jobs, or slow workers, end
+"""Heterogeneity lab: duration and difficulty. Do slow jobs, or slow workers, end
 up holding harder examples, when nothing in how durations are made looks at the images?
 
     delaylab figure hetero-difficulty --quick     # ≤ 10 min on 2 cores

@@ -1,4 +1,4 @@
-"""Heterogeneity lab: specialisation where workers keep models of their own (issue 24, part 2).
+"""Heterogeneity lab: specialisation where workers keep models of their own.
 
     delaylab figure hetero-local-models --quick     # ≤ 10 min on 2 cores
     delaylab figure hetero-local-models             # the full preset

@@ -135,8 +135,8 @@ def plan_blocks(schedule: Schedule, *, log_every: int, block_size: int | str = "
         if block_size == 1 or (block_size == "auto" and overhead == 0.0):
             # One event per block: "auto" always picks it without a per-block overhead (CPU), since
             # any larger size pads (cost blocks × size ≥ events). Laid out directly: the general path
-            # below walks every event in Python, about 1.5 s of a 17 s test on 4 × 150,000 events
-            # (measured 2026-12-06); tests/sim/test_engine.py checks the layout against plain loops
+            # below walks every event in Python, which costs seconds on long schedules
+            # (benchmarks/RESULTS.md); tests/sim/test_engine.py checks the layout against plain loops
             # (the general path's plans matched the same reference).
             return _one_per_block(E, int(log_every))
         chunk_starts = np.arange(0, E, int(log_every))

@@ -110,8 +110,8 @@ def _all_finite(tree) -> jax.Array:
 # metrics: at the start and after each chunk), always with the same argument shapes; as jitted
 # functions of module level with their static parts as static arguments, JAX's tracing cache
 # returns the later traces for free (XLA inlines the calls: the compiled program is the same).
-# Measured 2026-12-05 on tests/delaylab/test_figures.py's DEAHES test (three CNN programs): JAX's
-# tracing 3.6 s instead of 5.2 s; 3,564 arrays of 57 algorithm runs came out bit for bit as before.
+# This cuts JAX's tracing of programs with several CNN jobs by about a third, with results bit for
+# bit unchanged (benchmarks/RESULTS.md, "After tracing the worker's job and the metrics once").
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _job(work, fns, hparams, point, data, worker, key):
     return work(hparams, point, WorkerOracle(fns, data, worker), key)
