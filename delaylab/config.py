@@ -261,6 +261,8 @@ def read_toml(path: str, *, base: Optional[RunConfig] = None) -> RunConfig:
             data = tomllib.load(fh)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: not valid TOML ({err})") from None
+    except UnicodeDecodeError as err:  # tomllib decodes the bytes as UTF-8 before parsing
+        raise ConfigError(f"{path}: not UTF-8 (byte {err.start}); a config file must be UTF-8 TOML") from None
     except OSError as err:
         raise ConfigError(f"{path}: cannot read ({err.strerror})") from None
     return from_dict(data, base=base, relative_to=os.path.dirname(os.path.abspath(path)))

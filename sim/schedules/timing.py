@@ -111,10 +111,25 @@ class RandomTiming:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class TraceTiming:
-    """Replay of recorded job durations: worker i's k-th job takes ``table[i][k]``."""
+    """Replay of recorded job durations: worker i's k-th job takes ``table[i][k]``, finite and
+    ≥ 0 (a zero-length job, as integer-tick traces record, arrives when it starts; a negative one
+    would arrive before it started, so it is refused, naming the worker and job)."""
 
     table: tuple
     exact_clock = False
+
+    def __post_init__(self):
+        for i, d in enumerate(self.table):
+            try:
+                d = np.asarray(d, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise ValueError(f"TraceTiming: worker {i}'s durations must be numbers; got {d!r}") from None
+            if d.ndim != 1:
+                raise ValueError(f"TraceTiming: worker {i}'s durations must be a 1-D sequence; got shape {d.shape}")
+            bad = np.flatnonzero(~(np.isfinite(d) & (d >= 0)))
+            if bad.size:
+                k = int(bad[0])
+                raise ValueError(f"TraceTiming: worker {i}, job {k}: duration must be finite and >= 0; got {d[k]}")
 
     @property
     def num_workers(self) -> int:

@@ -17,7 +17,8 @@ from sim.schedules.timing import TraceTiming
 def read_trace(path: str | os.PathLike) -> TraceTiming:
     """Read a CSV trace with columns ``worker`` and ``duration`` (one row per job, in order).
 
-    Workers are numbered 0..n−1; every worker from 0 to the largest index must appear.
+    Workers are numbered 0..n−1; every worker from 0 to the largest index must appear. Durations
+    are finite and ≥ 0 (integer-tick traces record zero for jobs shorter than a tick).
     """
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -40,8 +41,8 @@ def read_trace(path: str | os.PathLike) -> TraceTiming:
                 raise ValueError(f"trace file {path!r}, line {line}: worker must be an integer and duration a number; got {row}") from None
             if w < 0:
                 raise ValueError(f"trace file {path!r}, line {line}: worker must be >= 0; got {w}")
-            if not (math.isfinite(d) and d > 0):
-                raise ValueError(f"trace file {path!r}, line {line}: duration must be positive and finite; got {d}")
+            if not (math.isfinite(d) and d >= 0):  # zero: a job shorter than the trace's clock tick
+                raise ValueError(f"trace file {path!r}, line {line}: duration must be finite and >= 0; got {d}")
             per_worker.setdefault(w, []).append(d)
     if not per_worker:
         raise ValueError(f"trace file {path!r} has no rows; expected at least one job per worker")

@@ -8,6 +8,7 @@ number of examples per property is its ``max_examples``."""
 import math
 import tomllib
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -165,6 +166,35 @@ def test_toml_documents_are_accepted_or_refused_naming_the_field(changes, tmp_pa
     except (C.ConfigError, runs.RunError) as err:
         names = [k for _, k in changes] + ["configuration", "schedule.taus"]  # taus: checked against workers
         _one_line_naming(err, *names)
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(head=st.binary(max_size=40), bad=st.sampled_from([b"\xff", b"\xe9", b"\xc3(", b"\x80", b"\xed\xa0\x80"]),
+       tail=st.binary(max_size=40))
+def test_a_config_file_that_is_not_utf8_is_refused_in_one_line(head, bad, tail, tmp_path_factory):
+    """`delaylab run CONFIG` with bytes that are not UTF-8 (a Latin-1 file, say): exit 2 with one
+    line naming the file and saying it must be UTF-8 TOML, not a UnicodeDecodeError traceback."""
+    import contextlib
+    import io
+
+    from delaylab import cli
+
+    data = head + bad + tail
+    try:
+        data.decode("utf-8")
+        return  # the drawn bytes happen to decode (the invalid sequence completed by the tail)
+    except UnicodeDecodeError:
+        pass
+    path = tmp_path_factory.mktemp("toml") / "latin1.toml"
+    path.write_bytes(data)
+    with pytest.raises(C.ConfigError) as caught:
+        C.read_toml(str(path))
+    _one_line_naming(caught.value, str(path))
+    assert "must be UTF-8 TOML" in str(caught.value)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        rc = cli.main(["run", str(path), "--out", str(path.parent / "r"), "--quiet"])
+    assert rc == 2 and err.getvalue().count("\n") == 1 and "must be UTF-8 TOML" in err.getvalue(), err.getvalue()
 
 
 NUMBERS = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=64), st.integers(-5, 50), st.booleans(),

@@ -137,8 +137,26 @@ def test_trace_missing_column(tmp_path):
 def test_trace_negative_duration(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("worker,duration\n0,1.0\n0,-2\n")
-    with pytest.raises(ValueError, match="line 3: duration must be positive and finite; got -2.0"):
+    with pytest.raises(ValueError, match="line 3: duration must be finite and >= 0; got -2.0"):
         schedules.from_trace(path)
+
+
+def test_trace_with_zero_durations_is_read(tmp_path):
+    """An integer-tick trace records 0 for a job shorter than a tick: read, and replayed as
+    TraceTiming replays it (the zero-length job arrives when it starts)."""
+    path = tmp_path / "ticks.csv"
+    path.write_text("worker,duration\n0,0\n1,2\n0,1\n1,0\n0,1\n")
+    timing = schedules.read_trace(path)
+    np.testing.assert_array_equal(timing.table[0], [0.0, 1.0, 1.0])
+    s = schedules.from_trace(path)
+    assert np.all(np.diff(s.finish) >= 0) and np.all(s.start <= s.finish)
+    assert s.finish[0] == 0.0 and s.worker[0] == 0
+
+
+@pytest.mark.parametrize("bad", [-1.0, np.nan, np.inf])
+def test_trace_timing_refuses_negative_and_non_finite_durations(bad):
+    with pytest.raises(ValueError, match=f"worker 1, job 2: duration must be finite and >= 0; got {bad}"):
+        schedules.TraceTiming((np.array([1.0, 2.0]), np.array([1.0, 1.0, bad])))
 
 
 def test_trace_missing_file(tmp_path):
