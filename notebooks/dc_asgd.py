@@ -40,7 +40,7 @@ def dc_asgd_a(stepsize, dc_lambda, dc_decay=0.95, dc_eps=1e-7):
 
 
 def make_dc(stepsize, schedule):
-    return dc_asgd(stepsize, 0.5)
+    return dc_asgd(stepsize, 0.1)
 
 
 def make_dc_a(stepsize, schedule):
@@ -51,7 +51,7 @@ def delaylab_algorithms():
     """The plugin hook: DC-ASGD's correction vanishes as γ → 0, so theory predicts vanilla's limit
     (rule "constant"); an arrival is not an affine map (g⊙g), so no finite-step model."""
     return [
-        AlgorithmEntry("dc_asgd", make_dc, "constant", "DC-ASGD, λ = 0.5 (Zheng et al. 2017)",
+        AlgorithmEntry("dc_asgd", make_dc, "constant", "DC-ASGD, λ = 0.1 (Zheng et al. 2017)",
                        exact_arrival_map=False),
         AlgorithmEntry("dc_asgd_a", make_dc_a, "constant", "DC-ASGD-a, λ₀ = 0.05, β = 0.95 (Zheng et al. 2017)",
                        exact_arrival_map=False),
