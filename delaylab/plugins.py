@@ -26,7 +26,10 @@ HOOK = "delaylab_algorithms"
 
 
 class PluginError(ValueError):
-    """A plugin that cannot be used; the message names it and says why."""
+    """A plugin that cannot be used; the message (one line) names it and says why."""
+
+    def __init__(self, message: str):
+        super().__init__(" ".join(str(message).split()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +104,7 @@ def _entries_of(obj, where: str) -> list:
                           "objects to register)")
     try:
         entries = hook()
-    except Exception as err:  # noqa: BLE001 - the plugin's own code: any failure is reported in one line
+    except (Exception, SystemExit) as err:  # noqa: BLE001 - the plugin's own code: reported in one line
         raise PluginError(f"plugin {where}: {HOOK}() raised {type(err).__name__}: {err}") from None
     if isinstance(entries, AlgorithmEntry):
         entries = [entries]
@@ -137,7 +140,7 @@ def check_entry(entry, where: str) -> None:
     try:
         alg = entry.make(0.01, schedules.fixed_computation(np.array([1.0, 2.0]), num_events=8))
         check_protocol(alg)
-    except Exception as err:  # noqa: BLE001 - the plugin's own code
+    except (Exception, SystemExit) as err:  # noqa: BLE001 - the plugin's own code
         raise PluginError(f"plugin {where}: algorithm {name!r} breaks the protocol: {type(err).__name__}: "
                           f"{err}") from None
 
@@ -171,7 +174,7 @@ def load(spec: str, *, relative_to: str | None = None) -> Plugin:
         module = _import_file(source) if _is_path(spec) else _import_module(source)
     except PluginError:
         raise
-    except Exception as err:  # noqa: BLE001 - any failure while importing the user's module
+    except (Exception, SystemExit) as err:  # noqa: BLE001 - any failure while importing the user's module
         raise PluginError(f"plugin {source}: failed to import: {type(err).__name__}: {err}") from None
     return _register(_entries_of(module, source), source, source)
 
@@ -186,7 +189,7 @@ def load_all(specs: Iterable[str] = (), *, relative_to: str | None = None) -> li
             continue
         try:
             obj = ep.load()
-        except Exception as err:  # noqa: BLE001
+        except (Exception, SystemExit) as err:  # noqa: BLE001
             raise PluginError(f"plugin {where}: failed to import: {type(err).__name__}: {err}") from None
         out.append(_register(_entries_of(obj, where), ep.value, where))
     out += [load(s, relative_to=relative_to) for s in specs]

@@ -223,3 +223,44 @@ def test_public_constructors_accept_or_refuse_naming_the_argument(which, a, taus
                  "random_quadratic": ("num_workers", "condition", "dim"), "asgd": ("stepsize",),
                  "rescaled_asgd": ("taus",)}[which]
         _one_line_naming(err, *names)
+
+
+PLUGIN_BODIES = st.one_of(
+    st.binary(max_size=40).map(lambda b: b),  # anything, including bytes that are not UTF-8
+    st.sampled_from([b"", b"x = 1\n", b"def delaylab_algorithms(:\n", b"raise SystemExit(3)\n",
+                     b"def delaylab_algorithms():\n    return None\n",
+                     b"def delaylab_algorithms():\n    return ['asgd']\n",
+                     b"from delaylab.registry import AlgorithmEntry\n"
+                     b"def delaylab_algorithms():\n    return [AlgorithmEntry('p', 3, 'constant', '')]\n"]))
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(kind=st.sampled_from(["file", "missing file", "module"]), body=PLUGIN_BODIES,
+       name=st.text(alphabet="abcdefghij_0123456789.", min_size=1, max_size=8),
+       command=st.sampled_from(["verify", "show", "run", "figure"]))
+def test_plugin_values_are_refused_in_one_line_naming_the_plugin(kind, body, name, command, tmp_path_factory):
+    """--plugin with a file of drawn content, a file that is not there, or a module that does not
+    exist: every command refuses it before doing anything, in one line that names the plugin."""
+    import contextlib
+    import io
+
+    from delaylab import cli, plugins, registry
+
+    folder = tmp_path_factory.mktemp("plugin")
+    if kind == "file":
+        spec = str(folder / "plug.py")
+        (folder / "plug.py").write_bytes(body)
+    elif kind == "missing file":
+        spec = str(folder / f"{name}.py")
+    else:
+        spec = f"zz_no_such_module_{name}".rstrip(".")
+    args = {"verify": ["verify", "--no-out"], "show": ["show", str(folder)], "run": ["run", "--out", str(folder / "r")],
+            "figure": ["figure", "r1", "--out", str(folder / "f")]}[command]
+    before = dict(registry.ALGORITHMS)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = cli.main([*args, "--plugin", spec])
+    assert rc == 2, (rc, err.getvalue())
+    line = err.getvalue()
+    assert line.count("\n") == 1 and spec in line and f"delaylab {command}: plugin" in line, line
+    assert registry.ALGORITHMS == before and spec not in plugins.loaded()
