@@ -2,19 +2,16 @@
 
 IA²SGD, Malenia and Ringleader keep n rows of model size on the server and touch one or two of
 them per arrival. Inside the engine's ``lax.scan`` XLA updates such a table in place only when
-every read of the old table feeds the in-place write itself. A read that also feeds anything
-else (the running total, the model step) makes XLA copy the whole table first: at n = 100 and
-the R5 MLP that is a 40 MB copy per event (measured on 2 CPU cores, one run: IA²SGD 5.3 ms and
-Malenia 5.2 ms per event against 0.31 ms for vanilla ASGD; with this module 0.52 and 0.61 ms).
+every read of the old table feeds the in-place write itself; a read that also feeds anything else
+(the running total, the model step) makes XLA copy the whole table first: at n = 100 and the R5
+MLP a 40 MB copy per event (2 CPU cores, one run: IA²SGD 5.3 ms and Malenia 5.2 ms per event
+against 0.31 ms for vanilla ASGD; with this module 0.52 and 0.61 ms).
 
-So each table stores its aggregate (running total or running average) as an extra row, the rows
-an arrival changes are written by one scatter computed only from reads of those rows, and the
-aggregate is read back from the *new* table. Rows of a past round are not cleared: each row
-carries the label (round) it was written in, and a row whose label is not the current one reads
-as empty.
-
-A test (tests/algos/test_rows.py) compiles the engine on these methods and checks that the
-optimised program holds no copy of a table-sized array.
+So each table stores its aggregate (running total or average) as an extra row, the rows an
+arrival changes are written by one scatter computed only from reads of those rows, and the
+aggregate is read back from the updated table. Rows of a past round are not cleared: each row
+carries the label (round) it was written in, and a row with another label reads as empty.
+tests/algos/test_rows.py checks that the optimised engine holds no copy of a table-sized array.
 """
 
 from __future__ import annotations

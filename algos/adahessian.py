@@ -1,33 +1,11 @@
 """AdaHessian (Yao et al. 2021, arXiv 2006.00719) and its Hutchinson Hessian-diagonal estimator.
 
-Two independent pure pieces (docs/theory.md §9.3):
-
-* :func:`hutchinson` estimates diag(H) of a loss at ``params``: for each of ``num_probes`` probes,
-  an independent Rademacher tensor z per parameter leaf (the key is split once per leaf), and one
-  forward-over-reverse pass ``jax.jvp(jax.grad(loss), (θ,), (z,))`` that gives the gradient and
-  H z together; the estimate is the mean of z ⊙ Hz over the probes (unbiased: E[z zᵀ] = I).
-  :func:`hessian_diagonal` adds what AdaHessian feeds its second moment: D = |estimate|, then
-  spatially averaged over each convolution kernel's spatial axes (:func:`spatial_average`).
-* :func:`adahessian` is an optax ``GradientTransformationExtraArgs`` whose ``update`` takes that D
-  as the keyword ``hessian``:
-
-      t ← t + 1;  m ← β₁ m + (1 − β₁) g;  v ← β₂ v + (1 − β₂) D²
-      Δθ = −η ( m/(1 − β₁ᵗ) / ((√v / √(1 − β₂ᵗ))ᵏ + ε) + λ θ )
-
-  (k: the Hessian power; λ: weight decay, scaled by η as in the authors' optimiser). The
-  defaults are the authors' optimiser's (η 0.15, β (0.9, 0.999), ε 1e-4, k 1, λ 0); their image
-  classification script passes λ = 5e-4/η, a shrink of 5e-4 per step. The target paper uses
-  η = 0.01 and does not state λ.
-
-  Bias corrections. The authors compute 1 − βᵗ in Python floats (double precision) and apply it
-  to float32 tensors; ours come from β as a Python float, 1 − βᵗ = −expm1(t log β) with log β in
-  double precision, evaluated in float64 where JAX has it enabled (else float32: about 1e-7
-  relative, against 1.3e-5 for 1 − β₂ᵗ with β₂ = 0.999 rounded to float32 first).
-
-Layouts. Flax stores convolution kernels HWIO, so the spatial axes are (0, 1); PyTorch's OIHW
-keeps them at (2, 3). Averaging the trailing axes of a Flax kernel (what a port of PyTorch code
-does) averages over input and output channels instead. ``layout`` names the convention; dense
-kernels (2-D) and biases (1-D) are never averaged. Outside the simulator::
+Two independent pure pieces (docs/theory.md §9.3): :func:`hutchinson` estimates diag(H) of a
+loss, and :func:`hessian_diagonal` turns that into what AdaHessian feeds its second moment (D, its
+absolute value averaged over each convolution kernel's spatial axes, :func:`spatial_average`);
+:func:`adahessian` is an optax ``GradientTransformationExtraArgs`` whose ``update`` takes that D
+as the keyword ``hessian``. ``layout`` names the kernels' convention (Flax's HWIO or PyTorch's
+OIHW). Outside the simulator::
 
     opt = adahessian(learning_rate=0.01)
     state = opt.init(params)
@@ -63,7 +41,12 @@ def _check_layout(layout: Optional[str]) -> None:
 def spatial_average(tree, layout: Optional[str] = "HWIO"):
     """Average every convolution kernel (a leaf of 3 to 5 dimensions) over its spatial axes for
     ``layout`` and broadcast back to the kernel's shape; other leaves unchanged. ``None``: no
-    averaging."""
+    averaging.
+
+    Flax stores convolution kernels HWIO, so the spatial axes are (0, 1); PyTorch's OIHW keeps
+    them at (2, 3). Averaging the trailing axes of a Flax kernel (what a port of PyTorch code does)
+    averages over input and output channels instead. Dense kernels (2-D) and biases (1-D) are never
+    averaged."""
     _check_layout(layout)
     if layout is None:
         return tree
@@ -89,8 +72,10 @@ def hutchinson(loss_fn: Callable, params, key, *, num_probes: int = 1):
     """``(loss, grad, diag)``: the loss and gradient at ``params`` and the Hutchinson estimate of
     diag(∇²loss), the mean over ``num_probes`` Rademacher probes of z ⊙ Hz (signed, unaveraged).
 
-    The gradient and every Hz come from forward-over-reverse passes on the same ``loss_fn`` (so
-    on the same minibatch); the gradient is the first probe's primal output."""
+    Each probe is an independent Rademacher tensor z per parameter leaf (the key is split once per
+    leaf) and one forward-over-reverse pass ``jax.jvp(jax.grad(loss), (θ,), (z,))`` that gives the
+    gradient and Hz together; the estimate is unbiased (E[z zᵀ] = I). All passes run on the same
+    ``loss_fn`` (so on the same minibatch); the gradient is the first probe's primal output."""
     if isinstance(num_probes, bool) or int(num_probes) != num_probes or num_probes < 1:
         raise ValueError(f"num_probes must be a positive integer; got {num_probes!r}")
     value_and_grad = jax.value_and_grad(loss_fn)
@@ -137,7 +122,9 @@ def _check_hyper(learning_rate, b1, b2, eps, hessian_power, weight_decay) -> Non
 
 def bias_correction(beta: float, count: jax.Array) -> jax.Array:
     """1 − βᵗ for a step count t (traced), from β as a Python float: −expm1(t log β), log β in
-    double precision, in float64 where enabled (module docstring)."""
+    double precision, in float64 where JAX has it enabled (else float32: about 1e-7 relative,
+    against 1.3e-5 for 1 − β₂ᵗ with β₂ = 0.999 rounded to float32 first). The authors compute
+    1 − βᵗ in Python floats (double precision) and apply it to float32 tensors."""
     if float(beta) == 0.0:
         return jnp.ones((), jnp.result_type(float))
     wide = jnp.result_type(float)  # float64 with jax_enable_x64, else float32
@@ -150,7 +137,15 @@ def adahessian(learning_rate: float = 0.15, b1: float = 0.9, b2: float = 0.999, 
 
     ``hessian`` is the (spatially averaged, non-negative) Hessian-diagonal estimate D, for example
     from :func:`hessian_diagonal`; ``params`` is needed when ``weight_decay`` > 0. Returns the
-    update to add to the parameters (already multiplied by −η, as optax's optimisers do).
+    update to add to the parameters (already multiplied by −η, as optax's optimisers do):
+
+        t ← t + 1;  m ← β₁ m + (1 − β₁) g;  v ← β₂ v + (1 − β₂) D²
+        Δθ = −η ( m/(1 − β₁ᵗ) / ((√v / √(1 − β₂ᵗ))ᵏ + ε) + λ θ )
+
+    (k: the Hessian power; λ: weight decay, scaled by η as in the authors' optimiser; the bias
+    corrections by :func:`bias_correction`). The defaults are the authors' optimiser's (η 0.15,
+    β (0.9, 0.999), ε 1e-4, k 1, λ 0); their image classification script passes λ = 5e-4/η, a
+    shrink of 5e-4 per step. The target paper uses η = 0.01 and does not state λ.
     """
     _check_hyper(learning_rate, b1, b2, eps, hessian_power, weight_decay)
 

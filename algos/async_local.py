@@ -10,15 +10,8 @@ arrival it updates the momentum with the buffered average, m ← β m + (Σ buff
 momentum part x ← x − η β m, and clears the buffer. With N = 1 this is Nesterov-style outer
 momentum; with β = 0 and H = 1 it is vanilla ASGD with step η·η_ℓ.
 
-Inner optimiser (``inner``): ``"sgd"`` or ``"adamw"`` (the paper's choice; optax's AdamW with
-bias correction). Each job starts the inner optimiser afresh at the handed model [INFERRED: the
-spec does not say whether workers keep their AdamW moments across jobs; a fresh start keeps a
-job a pure function of the handed model, as the event model requires].
-
-Dynamic local updates (DyLU, ``dylu_taus``): worker i runs H_i = max(1, round(H · τ_min/τ_i))
-local steps, i.e. H scaled by its speed relative to the fastest worker [RECALLED]. The schedule
-gives job durations; for DyLU they should be H_i steps' worth for worker i (e.g. fixed
-computation with τ_i^job = H_i · (time per step of worker i)); see :func:`dylu_local_steps`.
+The inner optimiser (SGD or AdamW) is :func:`async_local_sgd`'s ``inner``; dynamic local updates
+(DyLU, per-worker H_i) are :func:`dylu_local_steps`.
 """
 
 from __future__ import annotations
@@ -35,7 +28,11 @@ from algos.local_steps import INNER, check_outer_and_inner, inner_hparams
 
 
 def dylu_local_steps(local_steps: int, taus) -> np.ndarray:
-    """DyLU: H_i = max(1, round(H · τ_min / τ_i)), worker i's local steps given its time per step τ_i."""
+    """DyLU: H_i = max(1, round(H · τ_min / τ_i)), worker i's local steps given its time per step τ_i.
+
+    That is, H scaled by the worker's speed relative to the fastest [RECALLED]. The schedule gives
+    job durations; for DyLU they should be H_i steps' worth for worker i (e.g. fixed computation
+    with τ_i^job = H_i · (time per step of worker i))."""
     _checks.check_taus("async_local_sgd", taus, argument="dylu_taus")
     taus = np.asarray(taus, dtype=np.float64)
     return np.maximum(1, np.round(local_steps * taus.min() / taus)).astype(np.int32)
@@ -93,7 +90,11 @@ def async_local_sgd(*, stepsize: float, local_stepsize: float, local_steps: int 
     Args:
       stepsize: η, the outer step. local_stepsize: η_ℓ, the inner optimiser's learning rate.
       local_steps: H ≥ 1. momentum: β ∈ [0, 1). delay: N ≥ 1, arrivals between momentum updates.
-      inner: ``"sgd"`` or ``"adamw"``. weight_decay, b1, b2, eps: AdamW's (``inner="adamw"`` only).
+      inner: ``"sgd"`` or ``"adamw"`` (the paper's choice; optax's AdamW with bias correction).
+        Each job starts the inner optimiser afresh at the handed model [INFERRED: the paper does
+        not say whether workers keep their AdamW moments across jobs; a fresh start keeps a job a
+        pure function of the handed model, as the event model requires].
+      weight_decay, b1, b2, eps: AdamW's (``inner="adamw"`` only).
       dylu_taus: per-worker time per local step; if given, worker i runs
         :func:`dylu_local_steps` (H, taus)[i] local steps (DyLU).
     """

@@ -1,64 +1,18 @@
 """Elastic averaging (EASGD, EAMSGD; Zhang, Choromanska, LeCun 2015) with pluggable parts, and the
 DEAHES-O family (Xu & Carr 2024, arXiv 2409.09242): docs/theory.md §9.
 
-Three independent parts, composed by :func:`elastic_averaging`:
+Three independent parts, composed by :func:`elastic_averaging` (which states the event model):
 
-* the **local optimiser** (:class:`Local`): a recipe of :mod:`algos.local_steps` (SGD,
-  EAMSGD's Nesterov step, AdaHessian, or any optax transformation) with the default values of the hyperparameters
-  it reads; the worker's job is that module's :class:`~algos.local_steps.LocalSteps` loop;
+* the **local optimiser** (:class:`Local`): a recipe of :mod:`algos.local_steps` (SGD, EAMSGD's
+  Nesterov step, AdaHessian, or any optax transformation) with the default values of the
+  hyperparameters it reads; the worker's job is that module's :class:`~algos.local_steps.LocalSteps`;
 * the **data split** (disjoint, or with a shared overlap ratio r): a property of the problem
   (:func:`sim.models.cnn_classifier` ``split=``), not of the algorithm;
-* the **exchange rule** (:class:`Exchange`): a function of the hyperparameters and the
-  worker's :class:`ExchangeContext` that gives the elastic weights (h1, h2) of each exchange:
-  :func:`fixed_weights` (α, α), :func:`oracle_weights` (1, 0 on an exchange that follows a
-  failure, else α, α), :func:`dynamic_weights` (h1(a), h2(a) from the trend a of the
-  worker–master log-distance u), or any function a user writes with the same signature.
-
-Event model. A job of worker i is τ local steps from its own state (parameters, optimiser state);
-at the job's arrival the worker attempts an exchange with the master x̃ (h1 pulls the worker to
-the master, h2 the master to the worker):
-
-    x = xⁱ;  d = x − x̃;  xⁱ ← x − h1 d;  x̃ ← x̃ + h2 d.
-
-With h1 = h2 = α this is EASGD's exchange (xⁱ + x̃ is conserved, ‖xⁱ − x̃‖ shrinks by 1 − 2α).
-The exchange that closes one period is the one that opens the next in the paper's Algorithm 1
-(worker i exchanges when τ divides its clock tⁱ, at the moment its previous τ steps end), and
-the order within a step is the paper's: the first gradient of the next period is taken at x, the
-point *before* the exchange, and applied to xⁱ after it (xⁱ ← xⁱ − η g(x); the synchronous
-eq. 5–6 likewise). The worker keeps x in its state (``WorkerState.grad_point``) for that step;
-later steps of the period take the gradient at the iterate. The first exchange of Algorithm 1,
-at tⁱ = 0 with xⁱ = x̃ = x₀, is a no-op and is not simulated. EAMSGD's look-ahead gradient is
-taken at x + δv from the same x (:class:`ElasticNesterov`); AdaHessian's gradient and Hessian
-probe at x, its update applied to xⁱ. The worker's whole state travels as the point the engine
-hands it (:class:`WorkerState`), so a job stays a pure function of what the worker was handed;
-the server state holds the master alone (plus the optional detector trace). The evaluated model
-is the master.
-
-Failures come from the schedule (``sim.schedules.with_failures``): an undelivered arrival is a
-failed exchange, and the oracle rule reads the same flag. Two semantics (a reconstruction, docs/theory.md §9.6):
-
-* ``"suppressed"``: the exchange does not happen; the worker keeps its τ steps and trains on.
-* ``"stale"``: the worker made no progress (crashed); its state reverts to the job's start, and
-  its next exchange carries those old parameters (after the next job's τ steps).
-
-Monitoring (DEAHES-O; a reconstruction, docs/theory.md §9.6). At each exchange attempt the worker computes
-u = log ‖xⁱ − θ̃ᵐ‖, θ̃ᵐ being its estimate of the master: the master it reads now if the exchange
-goes through, else the copy it last received. It keeps the last p values (``history``, default
-3) and a = −Σⱼ cⱼ (u_{j+1} − u_j), c ∝ (1, 2, …, p−1) normalised to sum 1 (the newest difference
-weighted most); a failure makes u jump up, so a < 0 after one (the paper's sign convention).
-Until p values are held, a = 0. The weights are piecewise linear in a (:class:`DynamicWeights`,
-whose every open detail is an axis: where the ramp starts, its length ``a0``, h1's cap, the sign
-of a); with the ramp starting at a = 0 and h1 capped at 1 (the plainest reading; the default of
-:func:`deahes_o` starts the ramp at −a0 and caps h1 at 0.5, for the reason given there):
-
-    h1(a) = α + (1 − α) min(1, max(0, −a/a0)),   h2(a) = α (1 − min(1, max(0, −a/a0))).
-
-``a0`` is meant to be chosen from failure-free runs (a multiple of the spread of a there); the
-DEAHES figure does this and documents the multiple.
-
-Detector trace. With ``trace=K`` the server keeps, for the first K exchange attempts, a, whether
-the attempt was delivered, and whether it follows a failed attempt of the same worker; the
-ROC AUC of −a for "follows a failure" is then :func:`detection_auc`.
+* the **exchange rule** (:class:`Exchange`): the elastic weights (h1, h2) of each exchange, from
+  the hyperparameters and the worker's :class:`ExchangeContext`: :func:`fixed_weights` (α, α),
+  :func:`oracle_weights` (1, 0 after a failure, else α, α), DEAHES-O's :func:`dynamic_weights`
+  (from the trend of the worker–master log-distance, :func:`dynamic`), or any function a user
+  writes with the same signature.
 """
 
 from __future__ import annotations
@@ -281,7 +235,21 @@ def oracle(master_side_only: bool = False) -> Exchange:
 
 def dynamic(history: int = 3, a0: float = 1.0, a_start: float = 0.0, h1_cap: float = 1.0, sign: int = 1) -> Exchange:
     """DEAHES-O's rule (:class:`DynamicWeights`); ``a0``, ``a_start`` and ``h1_cap`` become
-    hyperparameters (traced: one compiled program serves every reading of them)."""
+    hyperparameters (traced: one compiled program serves every reading of them).
+
+    Monitoring (a reconstruction, docs/theory.md §9.6). At each exchange attempt the worker
+    computes u = log ‖xⁱ − θ̃ᵐ‖, θ̃ᵐ being its estimate of the master: the master it reads now if
+    the exchange goes through, else the copy it last received. It keeps the last p = ``history``
+    values and a = −Σⱼ cⱼ (u_{j+1} − u_j), c ∝ (1, 2, …, p−1) normalised to sum 1 (the newest
+    difference weighted most; :func:`trend`); a failure makes u jump up, so a < 0 after one (the
+    paper's sign convention). Until p values are held, a = 0. The weights are piecewise linear in
+    a; with the ramp starting at a = 0 and h1 capped at 1 (the plainest reading; the default of
+    :func:`deahes_o` starts the ramp at −a0 and caps h1 at 0.5, for the reason given there):
+
+        h1(a) = α + (1 − α) min(1, max(0, −a/a0)),   h2(a) = α (1 − min(1, max(0, −a/a0))).
+
+    ``a0`` is meant to be chosen from failure-free runs (a multiple of the spread of a there); the
+    DEAHES figure does this and documents the multiple."""
     weights = dynamic_weights if sign == 1 else DynamicWeights(sign)
     return Exchange(weights, history, (("a0", a0), ("a_start", a_start), ("h1_cap", h1_cap)), _check_dynamic)
 
@@ -387,7 +355,7 @@ def _where(pred, a, b):
 
 @dataclasses.dataclass(frozen=True)
 class _Apply:
-    """One exchange attempt: u recorded, (h1, h2) from the rule, the elastic moves (module docstring)."""
+    """One exchange attempt: u recorded, (h1, h2) from the rule, the elastic moves (:func:`elastic_averaging`)."""
 
     weights: Callable
     failure: str
@@ -470,7 +438,27 @@ class _Validate:
 def elastic_averaging(local: Local, *, alpha: float = 0.1, period: int = 1, exchange: Exchange = fixed(),
                       failure: str = "suppressed", a0: Optional[float] = None, trace: int = 0,
                       name: str = "elastic") -> Algorithm:
-    """Asynchronous elastic averaging (see the module docstring).
+    """Asynchronous elastic averaging (see the module docstring for its parts).
+
+    Event model. A job of worker i is τ local steps from its own state (parameters, optimiser
+    state); at the job's arrival the worker attempts an exchange with the master x̃ (h1 pulls the
+    worker to the master, h2 the master to the worker):
+
+        x = xⁱ;  d = x − x̃;  xⁱ ← x − h1 d;  x̃ ← x̃ + h2 d.
+
+    With h1 = h2 = α this is EASGD's exchange (xⁱ + x̃ is conserved, ‖xⁱ − x̃‖ shrinks by 1 − 2α).
+    The exchange that closes one period is the one that opens the next in the paper's Algorithm 1
+    (worker i exchanges when τ divides its clock tⁱ, at the moment its previous τ steps end), and
+    the order within a step is the paper's: the first gradient of the next period is taken at x,
+    the point *before* the exchange, and applied to xⁱ after it (xⁱ ← xⁱ − η g(x); the synchronous
+    eq. 5–6 likewise). The worker keeps x in its state (``WorkerState.grad_point``) for that step;
+    later steps of the period take the gradient at the iterate. The first exchange of Algorithm 1,
+    at tⁱ = 0 with xⁱ = x̃ = x₀, is a no-op and is not simulated. EAMSGD's look-ahead gradient is
+    taken at x + δv from the same x (:class:`ElasticNesterov`); AdaHessian's gradient and Hessian
+    probe at x, its update applied to xⁱ. The worker's whole state travels as the point the engine
+    hands it (:class:`WorkerState`), so a job stays a pure function of what the worker was handed;
+    the server state holds the master alone (plus the optional detector trace). The evaluated
+    model is the master.
 
     Args:
       local: the local optimiser (:func:`sgd`, :func:`nesterov`, :func:`adahessian`,
@@ -481,9 +469,16 @@ def elastic_averaging(local: Local, *, alpha: float = 0.1, period: int = 1, exch
         program serves every τ). The schedule's job durations are τ steps' worth.
       exchange: :func:`fixed`, :func:`oracle`, :func:`dynamic`, or an :class:`Exchange` around a
         rule of your own; the hyperparameters it reads become the algorithm's.
-      failure: "suppressed" or "stale" (how an undelivered arrival is read).
+      failure: how an undelivered arrival is read. Failures come from the schedule
+        (``sim.schedules.with_failures``): an undelivered arrival is a failed exchange, and the
+        oracle rule reads the same flag. Two semantics (a reconstruction, docs/theory.md §9.6):
+        "suppressed", the exchange does not happen and the worker keeps its τ steps and trains on;
+        "stale", the worker made no progress (crashed), its state reverts to the job's start, and
+        its next exchange carries those old parameters (after the next job's τ steps).
       a0: the dynamic rule's scale (hparams ``a0``, > 0); overrides the rule's default.
-      trace: keep the detector trace of the first ``trace`` exchange attempts.
+      trace: for the first ``trace`` exchange attempts the server keeps a, whether the attempt was
+        delivered, and whether it follows a failed attempt of the same worker; the ROC AUC of −a
+        for "follows a failure" is then :func:`detection_auc`.
     """
     if not isinstance(local, Local):
         raise ValueError(f"{name}: local must be an algos.elastic.Local (e.g. elastic.sgd(0.01)); got {type(local).__name__}")

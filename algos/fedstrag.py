@@ -8,23 +8,9 @@ in order, so a slow client trains on ever older models; each result carries the 
 broadcast it was trained from (``event.tag``).
 
 Worker: H steps of SGD of size η from the broadcast model (a fresh minibatch of its own data each
-step); it sends the model it ends at, w_j.
-
-Server: result j, trained from broadcast r_j, gets weight c_j = 1/(r − r_j + 1), where r = k + 1
-is the server's counter once broadcast k went out (the code increments it right after
-broadcasting), so a result trained from the latest broadcast has c = ½ and one trained from the
-broadcast before it c = ⅓. When the round closes (``event.round_end``), model k + 1 is
-Σ_j c_j w_j / Σ_j c_j over the round's results; it replaces model k, with no mixing in of the old
-model. ``weighting="equal"`` gives every result c = 1, which is what the released code's ``main``
-calls (plain ``fedAvg``, stale results included); the staleness weights are in its commented-out
-alternative, and are the default here. A round whose results were all lost keeps the model.
-
-Deviation, named: the code trains E epochs on the client's next C stream samples; here a job is
-H SGD steps on minibatches drawn from the client's shard (``local_steps``).
-
-The server keeps the last ``history`` broadcasts, since a client with a backlog of b broadcasts
-needs the model from b rounds ago; :func:`fedstrag_history` gives the length a schedule needs, and
-``sim.run`` refuses a schedule that needs more (before compiling).
+step); it sends the model it ends at, w_j. Server: when the round closes (``event.round_end``),
+model k + 1 is Σ_j c_j w_j / Σ_j c_j over the round's results, with weights c_j that fall with
+staleness (:func:`fedstrag`); it replaces model k, with no mixing in of the previous model.
 """
 
 from __future__ import annotations
@@ -62,7 +48,7 @@ def fedstrag_history(schedule) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class _Apply:
-    """The server's handling of one result (module docstring), for one weighting and history size."""
+    """The server's handling of one result (:func:`fedstrag`), for one weighting and history size."""
 
     weighting: str
     size: int
@@ -138,11 +124,21 @@ def fedstrag(*, local_stepsize: float, history: int, local_steps: int = 1, weigh
     """FedStrag (see the module docstring); run it on a :func:`sim.schedules.time_bounded_rounds`
     schedule.
 
+    Result j, trained from broadcast r_j, gets weight c_j = 1/(r − r_j + 1), where r = k + 1 is the
+    server's counter once broadcast k went out (the code increments it right after broadcasting),
+    so a result trained from the latest broadcast has c = ½ and one trained from the broadcast
+    before it c = ⅓. A round whose results were all lost keeps the model. Deviation, named: the
+    code trains E epochs on the client's next C stream samples; here a job is H SGD steps on
+    minibatches drawn from the client's shard (``local_steps``).
+
     Args:
       local_stepsize: η ≥ 0 (sweepable). local_steps: H ≥ 1.
-      history: broadcasts the server keeps (≥ 1); ``fedstrag_history(schedule)`` gives what a
-        schedule needs.
-      weighting: ``"fedstrag"`` (c = 1/(r − r_j + 1)) or ``"equal"`` (c = 1).
+      history: broadcasts the server keeps (≥ 1), since a client with a backlog of b broadcasts
+        needs the model from b rounds ago; ``fedstrag_history(schedule)`` gives what a schedule
+        needs, and ``sim.run`` refuses a schedule that needs more (before compiling).
+      weighting: ``"fedstrag"`` (c = 1/(r − r_j + 1), the default here: the released code's
+        commented-out alternative) or ``"equal"`` (c = 1: what the released code's ``main`` calls,
+        plain ``fedAvg``, stale results included).
     """
     if weighting not in WEIGHTINGS:
         raise ValueError(f"fedstrag: weighting must be one of {list(WEIGHTINGS)}; got {weighting!r}")

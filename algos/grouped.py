@@ -6,18 +6,10 @@ model x_g. A worker of group g computes a gradient at x_g (pulled when it starts
 the group server applies it at once, x_g ← x_g − γ g / n (n = all workers, as the code divides
 by n_total = 16). Every ``forward_every`` pushes a group server sends the sum of the gradients it
 applied since its last forward to every other group server, which applies it at once, x_h ←
-x_h − γ Σ / n (the ``peer`` topology of the code; the abstract's global server is not built).
+x_h − γ Σ / n (the ``peer`` topology of the code; :func:`gsp` also offers the abstract's global server).
 Within a group, stale synchronous parallel with bound s decides when a worker may start: run it
 on ``sim.schedules.stale_synchronous`` with the same groups. The optimiser is plain SGD (the code
 uses momentum 0.9 and weight decay 5e-4). Grouping Dynamic Sparsification (GDS) is not built.
-
-Under ``peer`` the model the metrics see is the mean of the group models. A lost push (or a release event of the
-SSP schedule, which carries no result) changes nothing; the worker is handed its group's current
-model.
-
-Degenerate cases: one group, or ``forward_every = 1`` (every push reaches every group at once),
-is vanilla ASGD with step γ / n; under ``global_ps``, ``forward_every = 1`` is too, and with
-one group the group model is.
 """
 
 from __future__ import annotations
@@ -79,7 +71,7 @@ class _Init:
 
 @dataclasses.dataclass(frozen=True)
 class _Apply:
-    """One push (module docstring): ``groups`` one group index per worker, P = ``forward_every``."""
+    """One push (module docstring, :func:`gsp`): ``groups`` one group index per worker, P = ``forward_every``."""
 
     groups: tuple
     forward_every: int
@@ -135,6 +127,12 @@ TOPOLOGIES = ("peer", "global_ps")
 
 def gsp(*, stepsize: float, groups, forward_every: int = 4, topology: str = "peer") -> Algorithm:
     """GSP (see the module docstring).
+
+    Under ``peer`` the model the metrics see is the mean of the group models. A lost push (or a
+    release event of the SSP schedule, which carries no result) changes nothing; the worker is
+    handed its group's current model. Degenerate cases: one group, or ``forward_every = 1`` (every
+    push reaches every group at once), is vanilla ASGD with step γ / n; under ``global_ps``,
+    ``forward_every = 1`` is too, and with one group the group model is.
 
     Args:
       stepsize: γ ≥ 0. groups: one group index per worker (0..G−1, each used).

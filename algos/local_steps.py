@@ -1,10 +1,9 @@
 """The job every local-update method shares: H steps of a local optimiser from the handed point.
 
 Local SGD, PALSGD, EDiT, FedShift, FedStrag, FedAsync, asynchronous local SGD and the elastic
-family all run the same loop: starting at the point the worker was handed, step k draws its
-minibatch with ``fold_in(job key, k)`` and moves the iterate by one step of the local optimiser.
-The loop lives here once (:class:`LocalSteps`); the methods differ in the optimiser and in what
-they send (the end point, or the pseudo-gradient Δ = start − end).
+family all run one loop (:class:`LocalSteps`): from the point the worker was handed, step k draws
+its minibatch with ``fold_in(job key, k)`` and takes one step of the local optimiser. The methods
+differ in the optimiser and in what they send (the end point, or the pseudo-gradient start − end).
 
 A local optimiser is a *recipe*, a frozen dataclass that builds an optax transformation from the
 hyperparameters at trace time (:class:`SGD`, :class:`AdamW`, :class:`ProximalSGD`, and

@@ -9,15 +9,8 @@ server model (y_i ← x, flag down) and otherwise goes on from its own y_i, with
 the slow worker pulls after each of its pushes, and a fast worker pulls on its first push after
 a slow one, getting a model that already holds that push; a worker tied with the slow one in
 time but ordered before it (ties break by worker index) pulls one push later.
-
-The slow worker is an argument (``slowest``), not a fixed index as in the authors' code
-(worker 1): take it from the schedule's measured speeds, ``int(schedule.mean_durations.argmax())``
-(:func:`slowest_worker`).
-
 A lost push (a failure) is not applied; the worker then restarts from the server model, as a
-worker that lost its state would.
-
-With one worker WBSP is SGD with step γ.
+worker that lost its state would. With one worker WBSP is SGD with step γ.
 """
 
 from __future__ import annotations
@@ -84,8 +77,9 @@ def wbsp(*, stepsize: float, slowest: int) -> Algorithm:
 
     Args:
       stepsize: γ ≥ 0, each worker's local SGD step.
-      slowest: the index of the worker whose pushes open the pull window
-        (:func:`slowest_worker` picks it from a schedule).
+      slowest: the index of the worker whose pushes open the pull window, an argument rather
+        than a fixed index as in the authors' code (worker 1): :func:`slowest_worker` takes it
+        from the schedule's measured speeds.
     """
     hp = {"stepsize": stepsize, "slowest": slowest}
     _validate(hp, 0)

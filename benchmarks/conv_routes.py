@@ -1,38 +1,16 @@
 """Can XLA's own convolution replace the native (oneDNN, C++) one? The CNN's convolution routes
-inside a ``lax.scan`` body, on CPU (results in RESULTS.md). XLA flags come from
-the environment (``XLA_FLAGS``), so one process measures one flag set; the first route named is
-the reference (default: "native", which needs ``make native``), timed interleaved rep by rep with
-the others so that ratios within a process share the machine's load.
+inside a ``lax.scan`` body, on CPU (results in RESULTS.md). XLA flags come from the environment
+(``XLA_FLAGS``), so one process measures one flag set; the first route named is the reference
+(default: "native", which needs ``make native``), timed interleaved rep by rep with the others so
+that ratios within a process share the machine's load.
 
     XLA_FLAGS=... python -m benchmarks.conv_routes --workload sgd28 --batching map \
         --routes native,im2col,lax,lax_canon,lax_patches --reps 5 --steps 2
 
-Workloads (8 virtual workers, each with its own parameters and its own 512-example shard of
-random data, a fresh batch of 64 drawn inside every step as ``sim.problems.worker_batch`` does):
-  sgd28  one SGD step (value_and_grad of softmax cross-entropy + update), 28×28×1 inputs
-  sgd8   the same on 8×8×1 inputs (scikit-learn digits size)
-  hvp28  AdaHessian's forward-over-reverse pass jax.jvp(value_and_grad(loss), (θ,), (z,)) with a
-         Rademacher z, and an update from grad and z⊙Hz, 28×28×1 inputs
-  maps28, maps8  each convolution map of each layer alone (forward, input gradient, kernel
-         gradient), 8 workers in lax.map, in a scan; routes native, lax_canon, lax, im2col
-Batching over the 8 workers: ``map`` (jax.lax.map) or ``vmap`` (jax.vmap).
-The jitted program is a ``lax.scan`` of ``--steps`` such steps; per worker-step time =
-call time / (steps × 8). ``--steps 0``: one step jitted without the scan (for comparison).
-CONVBENCH_HLO=DIR writes each route's optimized HLO there.
-
-Routes (how Conv2D computes):
-  native        sim.native (oneDNN through jax.ffi)           [sim.models.CNN(conv_impl="native")]
-  im2col        sim.conv.conv2d_im2col                       [conv_impl="im2col"]
-  lax           lax.conv_general_dilated NHWC/HWIO (the project's "lax")  [conv_impl="lax"]
-  lax_nchw      x→NCHW, kernel→OIHW, conv_general_dilated NCHW/OIHW/NCHW, back to NHWC
-                (also what jax.lax.conv computes: its dimension numbers are NCHW/OIHW)
-  lax_oihw      NHWC activations with the kernel transposed to OIHW
-  lax_patches   jax.lax.conv_general_dilated_patches (XLA builds the patches) + one dot
-  lax_canon     sim.native's three bilinear primitives, lowered to XLA convolutions in canonical
-                NHWC/HWIO form (transposes behind optimization barriers); pure JAX
---compile-only: trace+lower and XLA-compile each route --reps times (fresh jit each), no runs.
-Prints one JSON line per route (ms per worker-step: median, min, all reps; compile seconds =
-first call − median later call) and appends it to --out.
+The workloads are :func:`build`'s (``maps28``, ``maps8``: :func:`build_map`'s) and the routes
+:func:`module_for`'s; batching over the 8 workers is ``map`` (jax.lax.map) or ``vmap`` (jax.vmap).
+``--compile-only``: compile seconds alone (:func:`main_compile`). Prints one JSON line per route
+(:func:`main`) and appends it to ``--out``; CONVBENCH_HLO=DIR writes each route's optimized HLO there.
 """
 
 from __future__ import annotations
@@ -141,6 +119,18 @@ conv.conv2d_im2col = lambda x, k: _current["fn"](x, k)
 
 
 def module_for(route):
+    """The CNN whose Conv2D computes by ``route``:
+
+      native        sim.native (oneDNN through jax.ffi)           [sim.models.CNN(conv_impl="native")]
+      im2col        sim.conv.conv2d_im2col                       [conv_impl="im2col"]
+      lax           lax.conv_general_dilated NHWC/HWIO (the project's "lax")  [conv_impl="lax"]
+      lax_nchw      x→NCHW, kernel→OIHW, conv_general_dilated NCHW/OIHW/NCHW, back to NHWC
+                    (also what jax.lax.conv computes: its dimension numbers are NCHW/OIHW)
+      lax_oihw      NHWC activations with the kernel transposed to OIHW
+      lax_patches   jax.lax.conv_general_dilated_patches (XLA builds the patches) + one dot
+      lax_canon     sim.native's three bilinear primitives, lowered to XLA convolutions in canonical
+                    NHWC/HWIO form (transposes behind optimization barriers); pure JAX
+    """
     if route in ("native", "im2col", "lax"):
         _current["fn"] = _orig_im2col
         return models.CNN(classes=10, channels=(32, 64), hidden=128, conv_impl=route)
@@ -151,6 +141,17 @@ def module_for(route):
 # --- the scanned program -----------------------------------------------------------------------
 
 def build(route, workload, batching, steps, size):
+    """The jitted program of one route and workload: a ``lax.scan`` of ``steps`` steps, so per
+    worker-step time = call time / (steps × 8); ``steps=0``: one step jitted without the scan (for
+    comparison). Each step is one for each of 8 virtual workers, each with its own parameters and
+    its own 512-example shard of random data, a fresh batch of 64 drawn inside every step as
+    ``sim.problems.worker_batch`` does; the workers are batched by ``batching``. Workloads:
+
+      sgd28  one SGD step (value_and_grad of softmax cross-entropy + update), 28×28×1 inputs
+      sgd8   the same on 8×8×1 inputs (scikit-learn digits size)
+      hvp28  AdaHessian's forward-over-reverse pass jax.jvp(value_and_grad(loss), (θ,), (z,)) with a
+             Rademacher z, and an update from grad and z⊙Hz, 28×28×1 inputs
+    """
     module = module_for(route)
     rng = np.random.default_rng(0)
     X = jnp.asarray(rng.normal(size=(WORKERS, SHARD, size, size)).astype(np.float32))
@@ -252,7 +253,9 @@ def map_fns(route):
 
 
 def build_map(route, which, size, steps):
-    """One of the maps of one layer, for 8 workers (lax.map, each its own operands), in a scan."""
+    """One of the maps of one layer, for 8 workers (lax.map, each its own operands), in a scan: the
+    workloads maps28 and maps8 time each convolution map of each layer alone (forward, input
+    gradient, kernel gradient), on the routes native, lax_canon, lax and im2col."""
     fwd, bd, bw = map_fns(route)
     layer, kind = which.split(".")
     h, c, o = (size, 1, 32) if layer == "L0" else (size // 2, 32, 64)
@@ -302,6 +305,8 @@ def main_maps(a, size):
 
 
 def main():
+    """Prints one JSON line per route (ms per worker-step: median, min, all reps; compile seconds =
+    first call − median later call) and appends it to ``--out``."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--workload", choices=("sgd28", "sgd8", "hvp28", "maps28", "maps8"), default="sgd28")
     ap.add_argument("--batching", choices=("map", "vmap"), default="map")

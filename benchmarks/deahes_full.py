@@ -3,18 +3,16 @@ this machine, from short runs of the full configuration.
 
     python -m benchmarks.deahes_full [--rounds 5 10] [--workers 4 8] [--data PATH]
 
-Every part of the figure (for each P: the a0 calibration and the six methods) is one compiled
-sweep over τ ∈ {1, 2, 4} × seeds, and its cost is a compile plus a cost per communication round
-that is the same for every round: P jobs of τ local steps each (equal durations), and an
-evaluation of the master (``eval_size`` training and all test images) every ``log_rounds``
-rounds. So each part is timed here at the full preset's data, model, batch and evaluation sizes
-with one seed and two round counts r1 < r2 (multiples of ``log_rounds``), and
+Every part of the figure (for each P: the a0 calibration, which is the EAHES-O program on the
+failure-free schedule, and the six methods) is one compiled sweep over τ ∈ {1, 2, 4} × seeds: a
+compile plus a cost per communication round that is the same for every round (P jobs of τ local
+steps each, and an evaluation of the master every ``log_rounds`` rounds). One seed's runs go one
+after another (``runs="map"``), so that cost grows linearly in the seeds, and each part is timed at
+the full preset's sizes with one seed and two round counts r1 < r2 (multiples of ``log_rounds``):
 
     seconds(150 rounds, 3 seeds) ≈ T(r1) + (150 · 3 − r1) · (T(r2) − T(r1)) / (r2 − r1)
 
-(one seed's runs go one after another, ``runs="map"``, so the per-round cost grows linearly in the
-number of seeds). The calibration is the EAHES-O program on the failure-free schedule, timed as
-such. Prints each part's compile-and-overhead, seconds per round, and the estimate, then the total.
+Prints each part's compile-and-overhead, seconds per round, and the estimate, then the total.
 """
 
 from __future__ import annotations

@@ -9,12 +9,9 @@ Workloads (vanilla ASGD, n = 16 workers with τ_i spread evenly over [1, 2], flo
   * ``least-squares``: ``sim.problems.least_squares``, the same kind of heterogeneous quadratic
     with noise from sampling 8 rows per gradient (Mishchenko et al.'s setting).
 The engine runs 256 seeds as one compiled ``sim.sweep``; the reference (``sim.reference.heap_asgd``,
-the same arithmetic in NumPy float32) runs the same seeds one after another. Compilation is
-excluded (a warm-up call with other keys comes first); the engine's time is the best of 3 calls. The reference runs seeds one after
-another for three time budgets of 2 s each (at least one seed each); its rate is the best of the
-three, in events processed per second, which is what the ratio compares.
-
-The last line printed is the d = 100 ratio of the ``quadratic`` workload, as ``<ratio>x``.
+the same arithmetic in NumPy float32) runs the same seeds one after another (how each is timed:
+:func:`bench_sweep`). The last line printed is the d = 100 ratio of the ``quadratic`` workload,
+as ``<ratio>x``.
 """
 
 from __future__ import annotations
@@ -68,6 +65,10 @@ def _workload(kind: str, dim: int):
 
 
 def bench_sweep(dim: int, kind: str = "quadratic") -> dict:
+    """The engine against the reference on one workload. Compilation is excluded (a warm-up call
+    with other keys comes first); the engine's time is the best of 3 calls. The reference runs
+    seeds one after another for three time budgets of 2 s each (at least one seed each); its rate
+    is the best of the three, in events processed per second, which is what the ratio compares."""
     events = EVENTS[dim]
     prob, reference = _workload(kind, dim)
     sched = schedules.fixed_computation(_taus(), num_events=events)

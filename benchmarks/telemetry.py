@@ -5,17 +5,14 @@
 
 Workloads: an MLP (pixels→128→10) on the MNIST-format data ``sim.data.load_mnist_format`` finds
 (Fashion-MNIST from Debian's package; scikit-learn's digits if none), n = 8 workers (τ_i spread
-over [1, 4]), the first 8000 training images, batch 32, float32, with the default log schedule (100 log points):
-  * ``hierarchical``: hierarchical SGD, groups of 4 every 4 steps, all 8 every 16 (workers hold
-    their own models), 1000 local steps (8000 events);
-  * ``asgd``: vanilla ASGD (workers hold stale copies of the server model), 8000 events;
-  * ``asgd-spread``: the same with only :class:`sim.telemetry.WorkerSpread`.
-Telemetry: :class:`sim.telemetry.Representations` on a fixed probe batch of 128 test images with
-labels (linear CKA against the server model, the specialisation index, minibatch CKA over 4
-batches, per-layer probe gradients) plus :class:`WorkerSpread`. Compilation is excluded (one
-warm-up call first). Each workload runs ``--repeats`` pairs of calls (without, with), alternated;
-two overheads are printed: best/best (the best time of each variant) and the median over the pairs
-of t_with / t_without − 1, with its range, which shows how noisy the machine was.
+over [1, 4]), the first 8000 training images, batch 32, float32, the default log schedule (100
+log points): ``hierarchical`` (hierarchical SGD, groups of 4 every 4 steps, all 8 every 16, workers
+holding their own models; 1000 local steps, 8000 events), ``asgd`` (vanilla ASGD, workers holding
+stale copies of the server model; 8000 events) and ``asgd-spread`` (the same with only
+:class:`sim.telemetry.WorkerSpread`). Telemetry: :class:`sim.telemetry.Representations` on a fixed
+probe batch of 128 labelled test images (linear CKA against the server model, the specialisation
+index, minibatch CKA over 4 batches, per-layer probe gradients) plus :class:`WorkerSpread`.
+Compilation is excluded; two overheads are printed (:func:`_paired_times`).
 """
 
 from __future__ import annotations
@@ -49,7 +46,9 @@ def _both(a, b):
 
 def _paired_times(without, with_, repeats: int) -> np.ndarray:
     """Times of ``repeats`` pairs of calls, ``[repeats, 2]`` (without, with), alternated within
-    each pair so that a slow spell of the machine hits both alike. Both are compiled first."""
+    each pair so that a slow spell of the machine hits both alike. Both are compiled first. Two
+    overheads are printed from them: best/best (the best time of each variant) and the median over
+    the pairs of t_with / t_without − 1, with its range, which shows how noisy the machine was."""
     without()
     with_()
     times = np.empty((repeats, 2))

@@ -4,16 +4,12 @@ workers, in one process. Prints worker-steps per second and, last, the ratios (o
 
     python -m benchmarks.workers [--reps 10] [--data PATH] [--torch-path SITE_PACKAGES]
 
-Ours: the elastic-averaging local step (``algos.elastic``) for one worker, batched over the 8
-workers with ``jax.vmap`` and with ``jax.lax.map`` (each worker has its own parameters, so the
-convolutions cannot share a kernel); both are reported and the faster is compared. The
-convolutions are ``sim.models.Conv2D``'s default: oneDNN's (``sim.native``) where built, else
-im2col; the first line says which. PyTorch: the
-same network (5×5 convolutions with 32 and 64 channels, 2×2 max-pools, a 128-unit head), a Python
-loop over 8 models; SGD is ``backward`` and an in-place update; AdaHessian is the reference
-recipe: gradients with ``create_graph=True``, H z by a second ``autograd.grad``, |z ⊙ Hz| averaged
-over each kernel's spatial axes (OIHW: 2, 3), Adam-style moments. PyTorch is optional (Debian's
-``python3-torch`` or a CPU wheel); without it only our numbers are printed.
+Ours (:func:`ours`): the elastic-averaging local step (``algos.elastic``) for one worker, batched
+over the 8 workers with ``jax.vmap`` and with ``jax.lax.map``; both are reported and the faster is
+compared. The convolutions are ``sim.models.Conv2D``'s default: oneDNN's (``sim.native``) where
+built, else im2col; the first line says which. PyTorch (:func:`torch_loop`): the same network, a
+Python loop over 8 models. PyTorch is optional (Debian's ``python3-torch`` or a CPU wheel);
+without it only our numbers are printed.
 """
 
 from __future__ import annotations
@@ -48,6 +44,8 @@ def _best(fn, reps: int) -> float:
 
 
 def ours(problem, reps: int) -> dict:
+    """Worker-steps per second of the elastic-averaging local step, per optimiser and batching
+    (each worker has its own parameters, so the convolutions cannot share a kernel)."""
     out = {}
     for name, alg in (("SGD", ea.easgd(learning_rate=0.01)), ("AdaHessian", ea.eahes(learning_rate=0.01))):
         point = alg.point_init(alg.hparams, problem.x0)
@@ -70,6 +68,11 @@ def ours(problem, reps: int) -> dict:
 
 
 def torch_loop(images: np.ndarray, labels: np.ndarray, reps: int, torch_path: str | None = None) -> dict | None:
+    """The same network in PyTorch (5×5 convolutions with 32 and 64 channels, 2×2 max-pools, a
+    128-unit head), a Python loop over 8 models; ``None`` without PyTorch. SGD is ``backward`` and
+    an in-place update; AdaHessian is the reference recipe: gradients with ``create_graph=True``,
+    H z by a second ``autograd.grad``, |z ⊙ Hz| averaged over each kernel's spatial axes (OIHW:
+    2, 3), Adam-style moments."""
     if torch_path is not None:  # a PyTorch installed elsewhere (another venv's site-packages), searched last
         sys.path.append(torch_path)
     try:

@@ -1,30 +1,17 @@
 """The claims harness: how a figure turns runs into a verdict on a paper's claim.
 
 Three pieces, used by every figure that states a verdict (and by a notebook the same way):
+**seeds that resample every random source** (:func:`seed_sources`, :func:`disjoint_seeds`);
+**steps that bracket the optimum** (:func:`bracket`; a verdict that depends on a step at an edge
+is :data:`INCONCLUSIVE`, :func:`gated`); and **verdicts from paired differences over seeds**.
 
-**Seeds that resample every random source.** :func:`seed_sources` derives, from one seed, an
-independent integer seed for each named source of randomness a figure has (data split, timing
-draws, initial model, minibatches, failures, ...), by NumPy's ``SeedSequence`` keyed on the seed
-and the source's name; changing the seed changes every source, and two sources of one seed never
-share a stream. :func:`disjoint_seeds` gives the seeds that tune steps and the seeds that are
-reported, never the same.
-
-**Steps that bracket the optimum.** :func:`bracket` evaluates a score (lower is better; a diverged
-run scores ``inf``) on a geometric grid of steps; while the best step sits at an edge of what has
-been evaluated, it extends the grid on that side by the grid's own ratio, up to ``max_extend``
-new steps per side. The result says whether the best step is interior; a verdict that depends on
-a step at an edge is :data:`INCONCLUSIVE` (:func:`gated`), with the reason.
-
-**Verdicts from paired differences over seeds.** A claim "A is below B" is judged on
-d_s = A_s − B_s over seeds s (a seed gives both runs the same random draws, so the difference
-cancels what they share): a 95% Student-t interval of mean(d) (t, not a bootstrap: with 3–10
-seeds the bootstrap's percentile interval is too narrow; the t interval covers at its nominal rate
-for normal differences, which ``tests/delaylab/test_claims.py`` checks by simulation). The claim
-holds when the whole interval lies below 0, does not hold when the whole interval lies above 0,
-and is inconclusive otherwise. A claim "A equals B" is judged by an equivalence margin δ stated
-with it: it holds when the whole interval lies inside [−δ, δ], does not hold when the whole
-interval lies outside it, and is inconclusive otherwise (an interval that merely contains 0 says
-nothing). A ratio claim is judged on log ratios (:func:`ratio_below`).
+A claim "A is below B" is judged on d_s = A_s − B_s over seeds s (a seed gives both runs the same
+random draws, so the difference cancels what they share): a 95% Student-t interval of mean(d) (t,
+not a bootstrap: with 3–10 seeds the bootstrap's percentile interval is too narrow; the t interval
+covers at its nominal rate for normal differences, which ``tests/delaylab/test_claims.py`` checks
+by simulation). The claim holds when the whole interval lies below 0, does not hold when it lies
+above 0, and is inconclusive otherwise (:func:`below`). A claim "A equals B" is judged by an
+equivalence margin stated with it (:func:`equal`), a ratio claim on log ratios (:func:`ratio_below`).
 """
 
 from __future__ import annotations
@@ -113,7 +100,10 @@ def ratio_below(a: Sequence[float], b: Sequence[float], bound: float = 1.0) -> t
 
 
 def equal(d: Sequence[float], margin: float) -> tuple[str, Interval]:
-    """The claim "|mean(d)| ≤ margin", by its 95% interval (module docstring)."""
+    """The claim "|mean(d)| ≤ margin" (A equals B within an equivalence margin δ stated with the
+    claim), by its 95% interval: it holds when the whole interval lies inside [−δ, δ], does not hold
+    when the whole interval lies outside it, and is inconclusive otherwise (an interval that merely
+    contains 0 says nothing)."""
     iv = paired_interval(d)
     return _verdict("equal", iv, iv, margin), iv
 
@@ -244,7 +234,9 @@ class Bracket:
 def bracket(score: Callable[[float], float], grid: Sequence[float], *, max_extend: int = 4,
             ratio: float | None = None, refine: int = 0, tie: float = 0.0) -> Bracket:
     """Evaluate ``score`` (lower is better; nan counts as inf) on ``grid`` and extend it
-    geometrically past an edge while the best step is there (module docstring).
+    geometrically past an edge while the best step is there. A diverged run should score ``inf``.
+    The result says whether the best step is interior; a verdict that depends on a step at an edge
+    is inconclusive (:func:`gated`).
 
     ``ratio`` is the extension factor (default: the grid's own, the geometric mean of its
     consecutive ratios); at most ``max_extend`` steps are added on each side. Once the best is
@@ -318,9 +310,12 @@ def gated(verdict: str, brackets: Sequence[Bracket]) -> tuple[str, str]:
 
 
 def seed_sources(seed: int, sources: Sequence[str]) -> dict:
-    """name -> an independent 32-bit seed for each random source of one seed (module docstring).
+    """name -> an independent 32-bit seed for each random source of one seed.
 
-    Keyed on (seed, crc32 of the name), so adding a source does not change the others."""
+    Each named source of randomness a figure has (data split, timing draws, initial model,
+    minibatches, failures, ...) gets its seed from NumPy's ``SeedSequence`` keyed on (seed, crc32
+    of the name): changing the seed changes every source, two sources of one seed never share a
+    stream, and adding a source does not change the others."""
     if int(seed) < 0:
         raise ValueError(f"seed must be >= 0; got {seed!r}")
     if len(set(sources)) != len(sources):

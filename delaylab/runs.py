@@ -1,6 +1,4 @@
-"""`delaylab run` and `delaylab show`: a config run into a folder, resumable, and read back.
-
-A run folder holds:
+"""`delaylab run` and `delaylab show`: a config run into a folder, resumable, and read back. The folder:
 
     config.toml, config.json   what was asked (the TOML reads back to the same config)
     environment.json           package versions, git revision, platform

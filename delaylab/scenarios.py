@@ -58,9 +58,10 @@ def _straggler_taus(n: int) -> np.ndarray:
 # Clipped ASGD moves each arrival by at most γc, and near its limit by γc/‖∇F_i‖ times the
 # gradient: where every gradient there is long (straggler-10x, d100, exponential: all workers
 # clipped), its effective step is several times smaller than the others', and at the scenario's γ
-# it would not reach its limit within the run. It runs at the step these scenarios had before
-# their steps were shrunk for the others' O(γ) offsets; theory has no finite-step model of it
-# (its tolerance is the 2% cap either way).
+# it would not reach its limit within the run. So it runs at a larger step of its own
+# (``step_overrides``): the common steps are small to keep the other methods' O(γ) offsets within
+# their tolerances, and theory has no finite-step model of clipped ASGD (its tolerance is the 2%
+# cap either way).
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("toy-1d", "d=1, n=3, τ=(1,5,10), b=(1,−1,−2): the Fig. A toy",
              toy_problem, lambda: schedules.fixed_computation(TOY_TAUS, num_events=20000), 0.02),

@@ -5,7 +5,7 @@ A figure module defines a frozen preset type, a ``PRESETS`` dict of its instance
 
 * ``compute(preset, parts) -> data``: the numbers (a dict of arrays, numbers, strings, and nested
   dicts and lists of them). Long work goes in parts (:meth:`Parts.get`), so that a stopped run
-  resumes where it stopped;
+  resumes where it stopped (:class:`Parts` says how);
 * ``plot(data, path)``: the PNG;
 * ``findings(data) -> str``: the text of what it found, verdicts included;
 * ``rows(data) -> list[dict]``: the CSV of the data behind the figure;
@@ -13,15 +13,6 @@ A figure module defines a frozen preset type, a ``PRESETS`` dict of its instance
 and exports ``FIGURE = Figure(...)``. :meth:`Figure.write` runs it: compute (or load stored data),
 then ``<stem>.npz`` (every number the figure and text are drawn from, so that ``--redraw``
 redraws both without computing), ``<stem>.png``, ``<stem>.csv`` and ``<stem>.txt``.
-
-Resuming. A part is stored, when it finishes, under ``<out>/.parts/<figure>_<preset>/`` with a key:
-a hash of the figure's code (every ``.py`` under ``algos/``, ``sim/``, ``theory/`` and ``delaylab/``
-plus the figure's module), of the part's inputs, and of the convolution implementation that runs the CNN
-(oneDNN or im2col: their float32 results differ in the last bits). A rerun reuses a part whose key
-matches and recomputes one whose code or inputs changed; a part computed with another convolution
-is refused, with the reason, rather than mixed with new ones. The parts are deleted once the figure
-is written. Files are written under a temporary name and renamed, so a stopped run never leaves a
-half-written part.
 """
 
 from __future__ import annotations
@@ -89,9 +80,18 @@ def _canonical(obj):
 
 
 class Parts:
-    """A figure run's finished parts (see the module docstring). ``directory=None``: nothing is
-    stored or reused (each part is computed). ``out_dir``: the figure's output folder, for the few
-    figures that write a file of their own besides the standard four (None: write none)."""
+    """A figure run's finished parts. ``directory=None``: nothing is stored or reused (each part is
+    computed). ``out_dir``: the figure's output folder, for the few figures that write a file of
+    their own besides the standard four (None: write none).
+
+    A part is stored, when it finishes, under ``<out>/.parts/<figure>_<preset>/`` with a key: a
+    hash of the figure's code (every ``.py`` under ``algos/``, ``sim/``, ``theory/`` and
+    ``delaylab/`` plus the figure's module), of the part's inputs, and of the convolution
+    implementation that runs the CNN (oneDNN or im2col: their float32 results differ in the last
+    bits). A rerun reuses a part whose key matches and recomputes one whose code or inputs changed;
+    a part computed with another convolution is refused, with the reason, rather than mixed with
+    parts of this one. The parts are deleted once the figure is written. Files are written under a
+    temporary name and renamed, so a stopped run never leaves a half-written part."""
 
     def __init__(self, directory: Optional[str], *, code: str, conv: Optional[str], label: str, quiet: bool = False,
                  out_dir: Optional[str] = None):

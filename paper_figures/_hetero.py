@@ -1,39 +1,17 @@
-"""What the heterogeneity lab's four figures share: four measured answers to questions a survey of straggler
-handling leaves open (the straggler-mitigation survey behind docs/theory.md §10).
+"""What the heterogeneity lab's four figures share: four measured answers to questions a survey of
+straggler handling leaves open (the straggler-mitigation survey behind docs/theory.md §10).
 
 All four train the same MLP (pixels → hidden → 10, ReLU) on MNIST-format data
 (``sim.data.load_mnist_format``: Fashion-MNIST from Debian's package here; scikit-learn's digits
-where none is installed), n = 8 workers holding i.i.d. shards (identical data distributions:
-any difference between workers comes from timing alone), float32. The quick preset uses the
-first 8,000 training images average-pooled to 14×14; both presets use 5 seeds; the full preset 28×28 images,
-16,000 of them. In experiment 1 the seeds vary the minibatch draws only (one split, one
-initial model, one timing draw); experiment 2's seeds resample every source; experiments 3 and 4 use the claims harness (:mod:`delaylab.claims`):
-each seed draws its own split, initial model, job-time noise and minibatches (:data:`SOURCES`),
-and every scheme runs at its own step, bracketed on tuning seeds disjoint from the reported ones
-(:func:`tuned`).
-
-1. ``specialisation``: 4 fast workers (τ = 1) and 4 slow ones (τ = R), R ∈ {1, 2, 4, 8, 16},
-   vanilla ASGD, for the MLP and for a small CNN (two 5×5 convolutions with 8 and 16 channels,
-   a 32-unit head; R ∈ {1, 4, 16} in the quick preset). Per layer and over the second half of training: how far each worker's model is
-   from the server's in representation (1 − linear CKA on a fixed probe batch) and how well its
-   next gradient aligns with the server's current one (cosine), fast against slow. Then
-   data-dependent durations (R = 1, a job's time ∝ the ink of the images it draws): are the
-   long jobs the ones that drew hard examples (high loss under the final model)?
-2. ``divergence``: the slow workers' representation divergence over training, with and without
-   staleness weighting (FedAsync's polynomial s(δ) = (1 + δ)^(−½) on ASGD's step), R ∈ {1, 4, 16},
-   read at matched progress; ``divergence_seeds`` seeds, each resampling every source
-   (:func:`seeded_problem`, :data:`SOURCES`).
-3. ``frontier``: test accuracy reached within a fixed simulated time, and time to a target
-   accuracy, against the heterogeneity level h (τ_i = e^{h z_i}, z_i evenly spaced normal
-   quantiles, scaled so that Σ 1/τ_i = n: the same total compute at every h), for synchronous
-   SGD, backup workers (b = 2), vanilla and Rescaled ASGD, hierarchical SGD, and grouped
-   synchronisation (GSP: two groups by speed, SSP bound 2 within each, a group forwards its
-   gradients every 4 pushes); each (h, scheme) cell at its own bracketed step.
-4. ``mitigation``: two 8× stragglers among 8 workers; each mitigation switched on against its own
-   baseline: staleness weighting on ASGD, backup workers on synchronous SGD, and proactive
-   scheduling (DPro-SM-like: per-worker local steps from predicted step times) on local SGD;
-   throughput, training loss at the budget and the specialisation index, each scheme at its own
-   bracketed step, 5 seeds.
+where none is installed), n = 8 workers holding i.i.d. shards (identical data distributions: any
+difference between workers comes from timing alone), float32, 5 seeds (experiment 2:
+``divergence_seeds``). The quick preset uses the first 8,000 training images average-pooled to
+14×14, the full preset 16,000 at 28×28. Experiments 3 and 4 use the claims harness
+(:mod:`delaylab.claims`): each seed draws its own split, initial model, job-time noise and
+minibatches (:data:`SOURCES`), and every scheme runs at its own step, bracketed on tuning seeds
+disjoint from the reported ones (:func:`tuned`). Each experiment's module says what it measures:
+1. :mod:`~paper_figures.hetero_specialisation`, 2. :mod:`~paper_figures.hetero_divergence`,
+3. :mod:`~paper_figures.hetero_frontier`, 4. :mod:`~paper_figures.hetero_mitigation`.
 """
 
 from __future__ import annotations

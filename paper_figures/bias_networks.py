@@ -11,34 +11,8 @@ the two slowest 0.033. Fashion-MNIST (Debian's package; scikit-learn's digits wh
 installed) average-pooled, shards of equal size from four splits: Dirichlet α = 0.1 and α = 1
 over classes, a speed-correlated split (the four fastest workers hold five classes drawn per seed,
 the four slowest the other five: F_p gives the fast classes 0.8 of the weight, F gives them 0.5),
-and i.i.d. shards (F_p and F differ only through which examples each shard holds). Methods:
-vanilla ASGD (predicted: toward F_p), Rescaled ASGD (γ_i = γ τ_i/τ_H with the expected job times;
-predicted: toward F) and IA²SGD (a table method: steps along the mean of every worker's latest
-gradient; predicted: toward F).
-
-What is measured, per run, at the server model averaged over the last quarter of simulated time
-(the engine's tail average: a minibatch iterate's gradient is mostly minibatch noise; the final
-iterate's numbers are stored and printed beside it):
-
-(a) ‖∇F_p‖ and ‖∇F‖ from every shard's whole loss (``Problem.weighted_gradient``), and ‖∇F_p̃‖
-    with p̃ the weights reversed (the slowest workers weighted as the fastest): a placebo. If the
-    ratio ‖∇F_p‖/‖∇F‖ were small for a reason other than vanilla's weighting (a weighted objective
-    on fewer effective examples is easier to make stationary, say), ‖∇F_p̃‖ would be small too.
-(b) each class's test accuracy and each worker's training loss. Theory predicts which way they
-    move between vanilla and Rescaled: class c carries w_p(c) = Σ_i p_i m_ic/m in F_p and
-    w_u(c) = Σ_i m_ic/(n m) in F (m_ic: worker i's examples of class c); vanilla should gain on
-    the classes with w_p(c) > w_u(c) and lose on the others, and fit the fast workers' shards
-    better. Theory gives the direction and the ranking, not the size: the size is measured (the
-    slope of the accuracy change on log(w_p/w_u)).
-(c) the same with each method's step bracketed by the claims harness (:func:`paper_figures._hetero.tuned`:
-    the score is F at the tail average, on tuning seeds disjoint from the reported ones).
-
-Seeds resample every random source (:data:`SOURCES`: the split, the classes of the speed groups,
-the initial model, the job times, the minibatches); vanilla, Rescaled and IA²SGD of one seed share
-them, so differences are paired. Verdicts (:mod:`delaylab.claims`): on the log ratios over seeds,
-95% Student-t intervals; "vanilla converges toward F_p" holds on a split when vanilla's
-‖∇F_p‖ < ‖∇F‖, Rescaled's ‖∇F‖ < ‖∇F_p‖ and vanilla's ‖∇F_p‖ < ‖∇F_p̃‖ all hold
-(:func:`claims.conjunction`); with tuned steps, inconclusive where a step sits at its grid's edge.
+and i.i.d. shards (F_p and F differ only through which examples each shard holds). The methods,
+what is measured, the seeds and the verdicts: :func:`compute`.
 """
 
 from __future__ import annotations
@@ -220,7 +194,7 @@ PERMUTED = _distinct_permutations(P)  # the weights p given to the workers in ev
 
 
 def one_run(p: Preset, model: str, split: str, method: str, step: float, seed: int, validation: bool) -> dict:
-    """One run and what the figure reads off it (module docstring), at the tail average and at the
+    """One run and what the figure reads off it (:func:`compute`), at the tail average and at the
     final iterate; NaN where the run diverged."""
     prob, idx, src = problem(p, model, split, seed, validation=validation)
     events = p.events if model == "MLP" else p.cnn_events
@@ -261,6 +235,33 @@ def _cells(p: Preset):
 
 
 def compute(p: Preset, parts: Parts) -> dict:
+    """Every (model, split, method) cell's runs. Methods: vanilla ASGD (predicted: toward F_p),
+    Rescaled ASGD (γ_i = γ τ_i/τ_H with the expected job times; predicted: toward F) and IA²SGD (a
+    table method: steps along the mean of every worker's latest gradient; predicted: toward F).
+
+    What is measured, per run, at the server model averaged over the last quarter of simulated time
+    (the engine's tail average: a minibatch iterate's gradient is mostly minibatch noise; the final
+    iterate's numbers are stored and printed beside it):
+
+    (a) ‖∇F_p‖ and ‖∇F‖ from every shard's whole loss (``Problem.weighted_gradient``), and ‖∇F_p̃‖
+        with p̃ the weights reversed (the slowest workers weighted as the fastest): a placebo. If the
+        ratio ‖∇F_p‖/‖∇F‖ were small for a reason other than vanilla's weighting (a weighted objective
+        on fewer effective examples is easier to make stationary, say), ‖∇F_p̃‖ would be small too.
+    (b) each class's test accuracy and each worker's training loss. Theory predicts which way they
+        move between vanilla and Rescaled: class c carries w_p(c) = Σ_i p_i m_ic/m in F_p and
+        w_u(c) = Σ_i m_ic/(n m) in F (m_ic: worker i's examples of class c); vanilla should gain on
+        the classes with w_p(c) > w_u(c) and lose on the others, and fit the fast workers' shards
+        better. Theory gives the direction and the ranking, not the size: the size is measured (the
+        slope of the accuracy change on log(w_p/w_u)).
+    (c) the same with each method's step bracketed by the claims harness (:func:`paper_figures._hetero.tuned`:
+        the score is F at the tail average, on tuning seeds disjoint from the reported ones).
+
+    Seeds resample every random source (:data:`SOURCES`: the split, the classes of the speed groups,
+    the initial model, the job times, the minibatches); vanilla, Rescaled and IA²SGD of one seed share
+    them, so differences are paired. Verdicts (:mod:`delaylab.claims`): on the log ratios over seeds,
+    95% Student-t intervals; "vanilla converges toward F_p" holds on a split when vanilla's
+    ‖∇F_p‖ < ‖∇F‖, Rescaled's ‖∇F‖ < ‖∇F_p‖ and vanilla's ‖∇F_p‖ < ‖∇F_p̃‖ all hold
+    (:func:`claims.conjunction`); with tuned steps, inconclusive where a step sits at its grid's edge."""
     ds_name = lab.tuning_images(p)[0]
     _, report = claims.disjoint_seeds(p.tune_seeds, p.seeds)
     cells = {}

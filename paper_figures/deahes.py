@@ -1,53 +1,17 @@
 """DEAHES-O, Figures 4 and 5 (docs/theory.md §9, §12): elastic averaging under worker failures.
 
-Setting (docs/theory.md §9.4, §9.6): P ∈ {4, 8} workers, communication period τ ∈ {1, 2, 4} local steps, the
-two-convolution CNN (sim.models.CNN), minibatch 64; each worker's exchange with the master is
-lost with probability 1/3 per communication round. docs/theory.md §9.6 names two failure semantics and both
-are presets: "suppressed" (the default; the worker trains on without the exchange) and "stale"
-(``quick-stale``, ``full-stale``: the failed worker makes no progress and its first exchange after
-recovery carries its old parameters); the stale figure is written as ``deahes_stale.*``, and the
-``medium`` preset's (below) as ``deahes_medium.*``.
-Six methods (docs/theory.md §9.4): EASGD, EAMSGD (δ = 0.5), EAHES, EAHES-O, EAHES-OM (oracle) and
-DEAHES-O; η = 0.01 for every local optimiser, α = 0.1, AdaHessian with β = (0.9, 0.999), one
-Hutchinson probe, spatial averaging, the authors' optimiser's ε = 1e-4 and weight decay 0
-(the paper states none); the -O methods use the overlapping split with r = 1/P, the others disjoint shards.
-
-DEAHES-O's scale a0 [CHOICE]: for each (P, τ), EAHES-O is first run without failures, and a0 is
-``KAPPA`` = 2 standard deviations of the trend a observed there (a = 0 before a worker holds p = 3
-values is left out), the ramp of the weight map starts at a = −``DEAD_ZONE``·a0 and h1 rises to
-0.5 at its end (the reading that passes the failure-free sanity check: ``algos.elastic.deahes_o``). The detector is then scored on the failing runs: the ROC AUC of −a for
-"this exchange follows a failure", on EAHES-O (whose weights ignore a) and on DEAHES-O.
-
-Each (P, method) is one compiled :func:`sim.sweep` over τ × seeds (the period is a traced
-hyperparameter; runs one after another inside the call, which on CPU is as fast as batching
-them and compiles sooner; a round's P worker jobs are batched by the preset's ``batching``, the
-faster on its image size). One schedule per P: equal job durations (one time unit per
-communication period), so rounds are the x-axis for every τ. In ``quick`` and ``full`` the failure
-draws, the split and the initial model are shared by all methods and seeds, and the seeds vary
-minibatches and Hutchinson probes; in ``medium`` each seed draws all of them anew. Either way the
-methods of a seed share every draw, so the claims are judged on paired differences over seeds.
-Training loss: the master's loss over ``eval_size`` training examples (each once); test accuracy
-over the test set; both every ``log_rounds`` rounds.
-
-Presets: ``quick`` uses scikit-learn's 8×8 digits (the CNN unchanged, its convolutions on 8×8 and
-4×4 images) and 20 rounds; ``full`` uses MNIST where present, else Fashion-MNIST (Debian), and
-150 rounds; it is sized for an accelerator. ``medium`` is the deciding preset of this CPU: Fashion-MNIST
-(or MNIST) averaged to 14×14 (2×2 blocks; the CNN unchanged), F on 1,000 class-stratified training
-images and accuracy on the first 1,000 test images every 10 rounds, 100 rounds, τ ∈ {1, 4}, 3 seeds,
-long outages (blocks of 5–20 rounds covering a third of each worker's exchanges) with stale
-semantics (a stalled worker restarts from its model at the outage's start). That failure model is
-a choice made after ``deahes-readings``, where i.i.d. losses of a third of the exchanges cost
-EAHES-O little and left the detector nothing to find, and stale outages were the one setting where
-the oracle's mean led (inconclusively); the paper's own reading (docs/theory.md §9.6) is suppressed exchanges,
-which this preset does not run. Every seed resamples every random source but the test subset (the
-first 1,000 test images for every seed): its split, initial
-model, evaluation subset, minibatches, probes and outages (one sweep per seed and method); a0 is
-calibrated once per P on a failure-free run of its own seed (``CALIBRATION_SEED``), disjoint from
-the reported seeds. At 28×28 the worker steps dominate its cost on 2 cores and it would take about
-8 h (benchmarks/RESULTS.md), hence the 14×14 images. Each finished (P, method) sweep is stored under
-``<out>/.parts/deahes_<preset>/`` and reused when a stopped run is restarted with the same
-configuration and code; the parts are deleted once the figure is written. Every curve is kept in
-``deahes.npz``, from which ``delaylab figure deahes --redraw`` redraws the figure and text.
+Setting (docs/theory.md §9.4, §9.6): P ∈ {4, 8} workers, communication period τ ∈ {1, 2, 4} local
+steps, the two-convolution CNN (sim.models.CNN), minibatch 64; each worker's exchange with the
+master is lost with probability 1/3 per communication round. Both failure semantics of §9.6 are
+presets: "suppressed" (the default; the worker trains on without the exchange) and "stale"
+(``quick-stale``, ``full-stale``, written as ``deahes_stale.*``: the failed worker makes no
+progress and its first exchange after recovery carries its old parameters). Six methods
+(docs/theory.md §9.4): EASGD, EAMSGD (δ = 0.5), EAHES, EAHES-O, EAHES-OM (oracle) and DEAHES-O;
+η = 0.01 for every local optimiser, α = 0.1, AdaHessian with β = (0.9, 0.999), one Hutchinson
+probe, spatial averaging, the authors' optimiser's ε = 1e-4 and weight decay 0 (the paper states
+none); the -O methods use the overlapping split with r = 1/P, the others disjoint shards. How a0
+is calibrated, how the runs are compiled and seeded, and the presets (``quick``, ``full``, and
+``medium``, written as ``deahes_medium.*``): :func:`compute`.
 """
 
 from __future__ import annotations
@@ -77,7 +41,44 @@ def _units(cfg: Preset) -> list:
 def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, progress: bool = True) -> dict:
     """Every (P, method) as one compiled sweep over τ × seeds (with ``resample``, one sweep per
     seed, each on that seed's split, initial model and failures), and one part per sweep (each a0
-    calibration too), so that a stopped run resumes where it was."""
+    calibration too), so that a stopped run resumes where it was.
+
+    DEAHES-O's scale a0 [CHOICE]: for each (P, τ), EAHES-O is first run without failures, and a0 is
+    ``KAPPA`` = 2 standard deviations of the trend a observed there (a = 0 before a worker holds p = 3
+    values is left out), the ramp of the weight map starts at a = −``DEAD_ZONE``·a0 and h1 rises to
+    0.5 at its end (the reading that passes the failure-free sanity check: ``algos.elastic.deahes_o``). The detector is then scored on the failing runs: the ROC AUC of −a for
+    "this exchange follows a failure", on EAHES-O (whose weights ignore a) and on DEAHES-O.
+
+    Each (P, method) is one compiled :func:`sim.sweep` over τ × seeds (the period is a traced
+    hyperparameter; runs one after another inside the call, which on CPU is as fast as batching
+    them and compiles sooner; a round's P worker jobs are batched by the preset's ``batching``, the
+    faster on its image size). One schedule per P: equal job durations (one time unit per
+    communication period), so rounds are the x-axis for every τ. In ``quick`` and ``full`` the failure
+    draws, the split and the initial model are shared by all methods and seeds, and the seeds vary
+    minibatches and Hutchinson probes; in ``medium`` each seed draws all of them anew. Either way the
+    methods of a seed share every draw, so the claims are judged on paired differences over seeds.
+    Training loss: the master's loss over ``eval_size`` training examples (each once); test accuracy
+    over the test set; both every ``log_rounds`` rounds.
+
+    Presets: ``quick`` uses scikit-learn's 8×8 digits (the CNN unchanged, its convolutions on 8×8 and
+    4×4 images) and 20 rounds; ``full`` uses MNIST where present, else Fashion-MNIST (Debian), and
+    150 rounds; it is sized for an accelerator. ``medium`` is the deciding preset of this CPU: Fashion-MNIST
+    (or MNIST) averaged to 14×14 (2×2 blocks; the CNN unchanged), F on 1,000 class-stratified training
+    images and accuracy on the first 1,000 test images every 10 rounds, 100 rounds, τ ∈ {1, 4}, 3 seeds,
+    long outages (blocks of 5–20 rounds covering a third of each worker's exchanges) with stale
+    semantics (a stalled worker restarts from its model at the outage's start). That failure model is
+    a choice made after ``deahes-readings``, where i.i.d. losses of a third of the exchanges cost
+    EAHES-O little and left the detector nothing to find, and stale outages were the one setting where
+    the oracle's mean led (inconclusively); the paper's own reading (docs/theory.md §9.6) is suppressed exchanges,
+    which this preset does not run. Every seed resamples every random source but the test subset (the
+    first 1,000 test images for every seed): its split, initial
+    model, evaluation subset, minibatches, probes and outages (one sweep per seed and method); a0 is
+    calibrated once per P on a failure-free run of its own seed (``CALIBRATION_SEED``), disjoint from
+    the reported seeds. At 28×28 the worker steps dominate its cost on 2 cores and it would take about
+    8 h (benchmarks/RESULTS.md), hence the 14×14 images. Each finished (P, method) sweep is stored under
+    ``<out>/.parts/deahes_<preset>/`` and reused when a stopped run is restarted with the same
+    configuration and code; the parts are deleted once the figure is written. Every curve is kept in
+    ``deahes.npz``, from which ``delaylab figure deahes --redraw`` redraws the figure and text."""
     cfg = preset
     semantics = cfg.semantics
     data_name, Xtr, ytr, Xte, yte = dataset(cfg, data_path)
@@ -174,7 +175,7 @@ def _failures(data) -> str:
     if data.get("failures", "iid") != "outages":
         return f"exchanges lost with probability {frac(FAILURE_P)}"
     cfg = PRESETS.get(data.get("preset", ""))
-    if cfg is None:  # a preset no longer defined: the defaults
+    if cfg is None:  # stored data from a preset not in PRESETS: the defaults
         default = {f.name: f.default for f in dataclasses.fields(Preset)}
         (lo, hi), share = default["outage_lengths"], default["outage_fraction"]
     else:

@@ -1,37 +1,18 @@
 """Which reading of DEAHES-O reproduces the paper? A reconstruction study.
 
 The paper's body (its equations for the trend a and the weight maps h1, h2) is not available to
-us (docs/theory.md §9.6): the weight map and the oracle are reconstructions. This figure
-runs every reading of them on the same settings and judges the paper's claims under each:
+us (docs/theory.md §9.6), so the weight map and the oracle are reconstructions. This figure runs
+every reading of them on the same settings and judges the paper's claims under each (:func:`compute`):
 
-* DEAHES-O readings (``algos.elastic.DynamicWeights``): where the ramp starts (no dead zone, a = 0;
-  or a dead zone down to a = −a0 or −2 a0), h1's cap (1: snap onto the master; 0.5; α: master side only),
-  with a0 = ``KAPPA`` × the spread of a in a failure-free EAHES-O run of the same seed.
-* Oracle readings (EAHES-OM): full reset (h1, h2) = (1, 0) after a failure, or master side only
-  (α, 0).
+* DEAHES-O readings (``algos.elastic.DynamicWeights``): the ramp starts at a = 0, −a0 or −2 a0; h1's
+  cap is 1 (snap onto the master), 0.5 or α (master side only); a0 = ``KAPPA`` × the spread of a in
+  a failure-free EAHES-O run of the same seed. Oracle readings (EAHES-OM): full reset (1, 0) after a
+  failure, or master side only (α, 0).
 * Failure models (``sim.schedules``): exchanges lost independently with probability 1/3
-  (``with_failures``), or long outages: per worker, separate blocks of 5–20 rounds covering a
-  third of training (``with_outages``; on the quick preset's 36 rounds a third is 12 rounds, so
-  its blocks are 5–12 rounds long, often one block of 12).
+  (``with_failures``), or long outages (``with_outages``: per worker, separate blocks of 5–20 rounds
+  covering a third of training; on the quick preset's 36 rounds, 5–12 rounds, often one of 12).
 * Semantics (``algos.elastic``): "suppressed" (a cut-off worker trains on, unheard) or "stale"
   (it makes no progress, and restarts from its model at the outage's start).
-
-Claims (docs/theory.md §9.4, last paragraph), each judged per (failure model, semantics, reading) on the final
-training loss from paired differences over seeds, with a 95% interval (``delaylab.claims``):
-the oracle EAHES-OM is best (below each other method); DEAHES-O is close to the oracle (the 95%
-interval of their paired difference inside ±2% of the oracle's loss); DEAHES-O is ahead of
-EAHES-O, EAHES, EAMSGD and EASGD. "Ramp use" (1 − mean h2 / α over delivered exchanges; 0 when
-the rule never fires) says whether a reading acted at all: one that never fires is EAHES-O, and
-its verdicts are EAHES-O's. A sanity check comes first: without failures DEAHES-O must equal EAHES-O
-(the 95% interval of the paired difference inside ±2% of EAHES-O's loss) and its mean h1 must stay
-within 10% of α. a0 is calibrated on a failure-free run with other minibatches and probes than the
-runs judged, so the check is out of sample (a reading whose ramp starts far below the calibration
-run's trend passes it by construction, and its ramp use under failures says whether it acts).
-
-Seeds resample every random source the set-up has: the data split and the overlap subset, the
-model's initialisation, the evaluation subset, the minibatches and Hutchinson probes, and both
-failure draws; within a seed every method sees the same draws (a paired comparison). Each seed is
-one resumable part.
 """
 
 from __future__ import annotations
@@ -166,6 +147,22 @@ def _seed_part(cfg: Preset, seed: int, data, progress: bool) -> dict:
 
 
 def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, progress: bool = True) -> dict:
+    """Claims (docs/theory.md §9.4, last paragraph), each judged per (failure model, semantics, reading) on the final
+    training loss from paired differences over seeds, with a 95% interval (``delaylab.claims``):
+    the oracle EAHES-OM is best (below each other method); DEAHES-O is close to the oracle (the 95%
+    interval of their paired difference inside ±2% of the oracle's loss); DEAHES-O is ahead of
+    EAHES-O, EAHES, EAMSGD and EASGD. "Ramp use" (1 − mean h2 / α over delivered exchanges; 0 when
+    the rule never fires) says whether a reading acted at all: one that never fires is EAHES-O, and
+    its verdicts are EAHES-O's. A sanity check comes first: without failures DEAHES-O must equal EAHES-O
+    (the 95% interval of the paired difference inside ±2% of EAHES-O's loss) and its mean h1 must stay
+    within 10% of α. a0 is calibrated on a failure-free run with other minibatches and probes than the
+    runs judged, so the check is out of sample (a reading whose ramp starts far below the calibration
+    run's trend passes it by construction, and its ramp use under failures says whether it acts).
+
+    Seeds resample every random source the set-up has: the data split and the overlap subset, the
+    model's initialisation, the evaluation subset, the minibatches and Hutchinson probes, and both
+    failure draws; within a seed every method sees the same draws (a paired comparison). Each seed is
+    one resumable part."""
     data = dataset(preset, data_path)
     seeds = []
     for s in range(preset.seeds):

@@ -1,38 +1,16 @@
-"""Heterogeneity lab: duration and difficulty. Do slow jobs, or slow workers, end
-up holding harder examples, when nothing in how durations are made looks at the images?
+"""Heterogeneity lab: duration and difficulty. Do slow jobs, or slow workers, end up holding harder
+examples, when nothing in how durations are made looks at the images?
 
     delaylab figure hetero-difficulty --quick     # ≤ 10 min on 2 cores
     delaylab figure hetero-difficulty             # the full preset
 
-``hetero-specialisation`` made a job's duration proportional to the ink of the images it drew,
-so its correlation between duration and difficulty measured how ink relates to difficulty in the
-data set, not anything about training. Here durations are drawn independently of the images, so
+``hetero-specialisation`` made a job's duration proportional to the ink of the images it drew, so
+its correlation between duration and difficulty measured how ink relates to difficulty in the
+data set, not anything about training. Here durations are drawn independently of the images
+(random per-example costs, or per-worker speeds that change over time: :func:`timing_for`), so
 that any link between a job's (or a worker's) speed and the difficulty of its examples has to come
-from training:
-
-* **costs**: every example carries a cost drawn at random (log-normal, σ = 0.5), independent of
-  its image; a job of worker i takes s_i (0.2 + 0.8 · its batch's mean cost / the mean cost), s_i
-  a base slowness with an 8× spread (normal quantiles, handed to workers in a drawn order);
-* **varying**: every example costs the same; worker i's speed changes over time: in each block
-  of 25 time units its jobs run ``factor`` times slower, the factor drawn from {½, 1, 2} per
-  worker and block, on top of the same base slowness s_i.
-
-n = 32 workers (one seed's worker-level Spearman test has power 0.82 against ρ = 0.5, 0.37 against
-ρ = 0.3; the text states it) on i.i.d.
-shards of an MLP on Fashion-MNIST (14×14), vanilla ASGD, and Rescaled ASGD (γ_i ∝ each worker's
-realised mean job time) as the control: theory (docs/theory.md §2) predicts that vanilla weights
-worker i's shard by p_i ∝ 1/τ_i, so the slow workers' shards are fitted less (their training loss
-ends higher: a link from training), and that Rescaled weights the shards equally (no link).
-Difficulty of an example: its loss under the tail-averaged model (the server's parameters
-averaged over the last quarter of simulated time). Measured per seed: Spearman ρ over the jobs of the second half between a job's
-duration and its batch's mean difficulty, both taken relative to the job's worker (duration over
-the worker's mean, difficulty minus the shard's mean: pooled over workers, the worker-level link
-below shows up at the job level too, and is printed beside it); Spearman ρ over the 32 workers between a worker's
-mean job duration and its shard's mean difficulty; and, as a property of the data set, Spearman
-ρ over the training examples between an image's ink and its difficulty. Seeds resample the
-split, the initial model, the costs and speeds, the job times and the minibatches
-(:data:`SOURCES`); verdicts are on the per-seed ρ (95% Student-t intervals over seeds,
-:mod:`delaylab.claims`), vanilla against Rescaled paired by seed.
+from training. 32 workers on i.i.d. shards, an MLP on Fashion-MNIST (14×14), vanilla ASGD and
+Rescaled ASGD as the control (docs/theory.md §2); what is measured and judged: :func:`compute`.
 """
 
 from __future__ import annotations
@@ -95,7 +73,14 @@ def slowness(n: int, seed: int) -> np.ndarray:
 
 
 def timing_for(kind: str, p: Preset, src: dict, m: int, key) -> schedules.Timing:
-    """The timing model ``kind`` of one seed (module docstring) for shards of ``m`` examples."""
+    """The timing model ``kind`` of one seed for shards of ``m`` examples:
+
+    * **costs**: every example carries a cost drawn at random (log-normal, σ = 0.5), independent of
+      its image; a job of worker i takes s_i (0.2 + 0.8 · its batch's mean cost / the mean cost), s_i
+      a base slowness with an 8× spread (normal quantiles, handed to workers in a drawn order);
+    * **varying**: every example costs the same; worker i's speed changes over time: in each block
+      of 25 time units its jobs run ``factor`` times slower, the factor drawn from {½, 1, 2} per
+      worker and block, on top of the same base slowness s_i."""
     n = p.workers
     s = slowness(n, src["speeds"])
     if kind == "costs":
@@ -166,6 +151,22 @@ def one_run(p: Preset, kind: str, method: str, seed: int) -> dict:
 
 
 def compute(p: Preset, parts: Parts) -> dict:
+    """Every timing model's runs. n = 32 workers (one seed's worker-level Spearman test has power
+    0.82 against ρ = 0.5, 0.37 against ρ = 0.3; the text states it) on i.i.d. shards of an MLP on
+    Fashion-MNIST (14×14), vanilla ASGD, and Rescaled ASGD (γ_i ∝ each worker's realised mean job
+    time) as the control: theory (docs/theory.md §2) predicts that vanilla weights
+    worker i's shard by p_i ∝ 1/τ_i, so the slow workers' shards are fitted less (their training loss
+    ends higher: a link from training), and that Rescaled weights the shards equally (no link).
+    Difficulty of an example: its loss under the tail-averaged model (the server's parameters
+    averaged over the last quarter of simulated time). Measured per seed: Spearman ρ over the jobs of the second half between a job's
+    duration and its batch's mean difficulty, both taken relative to the job's worker (duration over
+    the worker's mean, difficulty minus the shard's mean: pooled over workers, the worker-level link
+    below shows up at the job level too, and is printed beside it); Spearman ρ over the 32 workers between a worker's
+    mean job duration and its shard's mean difficulty; and, as a property of the data set, Spearman
+    ρ over the training examples between an image's ink and its difficulty. Seeds resample the
+    split, the initial model, the costs and speeds, the job times and the minibatches
+    (:data:`SOURCES`); verdicts are on the per-seed ρ (95% Student-t intervals over seeds,
+    :mod:`delaylab.claims`), vanilla against Rescaled paired by seed."""
     out = {"dataset": lab.tuning_images(p)[0], "preset": p.name, "workers": p.workers, "events": p.events,
            "runs": {}}
     seconds = 0.0
@@ -199,7 +200,7 @@ def _iv(iv) -> str:
 
 
 def analyse(d: dict) -> dict:
-    """Per timing: the intervals and verdicts of the module docstring."""
+    """Per timing: the intervals and verdicts of :func:`compute`."""
     out = {}
     for kind in TIMINGS:
         v, r = d["runs"][(kind, "vanilla ASGD")], d["runs"][(kind, "Rescaled ASGD")]

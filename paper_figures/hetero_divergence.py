@@ -1,5 +1,10 @@
-"""Heterogeneity lab, experiment ``divergence``: see :mod:`paper_figures._hetero` for what the lab
-measures and how.
+"""Heterogeneity lab, experiment ``divergence``: see :mod:`paper_figures._hetero` for the set-up
+the lab shares.
+
+The slow workers' representation divergence over training, with and without staleness weighting
+(FedAsync's polynomial s(δ) = (1 + δ)^(−½) on ASGD's step), R ∈ {1, 4, 16}, read at matched
+progress; ``divergence_seeds`` seeds, each resampling every source
+(:func:`paper_figures._hetero.seeded_problem`, :data:`paper_figures._hetero.SOURCES`).
 
     delaylab figure hetero-divergence --quick     # the quick preset
     delaylab figure hetero-divergence             # the full preset

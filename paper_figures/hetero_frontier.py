@@ -1,24 +1,12 @@
-"""Heterogeneity lab, experiment ``frontier``: see :mod:`paper_figures._hetero` for what the lab
-measures and how.
+"""Heterogeneity lab, experiment ``frontier``: see :mod:`paper_figures._hetero` for the set-up the
+lab shares.
 
 Is there an optimal level of heterogeneity? Each scheme's test accuracy at a fixed simulated time,
-against the spread of worker speeds h at fixed total compute, with the claims harness
-(:mod:`delaylab.claims`):
-
-- every (h, scheme) cell has its own step, bracketed by :func:`claims.bracket` on tuning seeds
-  disjoint from the reported ones, by the validation accuracy (training-split images outside the
-  training set) at the time budget; the reported seeds log the test accuracy;
-- a seed draws its own i.i.d. split, initial model, job-time noise and minibatches
-  (:data:`paper_figures._hetero.SOURCES`); a seed is the same at every h (paired across h);
-- every seed of a cell runs one length (:func:`run_counts`), the one that takes timing-noise
-  seed 0 to the time budget, so that a cell compiles one program (an asynchronous scheme, whose
-  length hardly changes with h, one program for all h); a run is read at the budget, its value
-  the mean over the log points in the budget's last tenth (:func:`paper_figures._hetero.tail`);
-- two claims per scheme, judged on paired differences over the reported seeds (95% Student-t
-  intervals): "heterogeneity costs accuracy" (acc(h = 2) < acc(h = 0)), and "an intermediate
-  level is optimal" (acc(h_k) above both ends, with h_k the interior level the tuning seeds
-  rank best, so that the level is not chosen on the seeds that judge it). A claim whose cells
-  have a step at a grid's edge is inconclusive (:func:`claims.gated`).
+and its time to a target accuracy, against the spread of worker speeds h at fixed total compute
+(τ_i = e^{h z_i}, z_i evenly spaced normal quantiles, scaled so that Σ 1/τ_i = n), for synchronous
+SGD, backup workers (b = 2), vanilla and Rescaled ASGD, hierarchical SGD, and grouped
+synchronisation (GSP: two groups by speed, SSP bound 2 within each, a group forwards its gradients
+every 4 pushes), with the claims harness (:mod:`delaylab.claims`; how: :func:`compute`).
 
     delaylab figure hetero-frontier --quick     # the quick preset
     delaylab figure hetero-frontier             # the full preset
@@ -126,7 +114,22 @@ def schedule_of(sc: lab.Scheme, timing, count: int, events: int):
 
 
 def compute(p: Preset, parts) -> dict:
-    """Every (h, scheme) cell: its step bracketed on the tuning seeds, its reported runs."""
+    """Every (h, scheme) cell: its step bracketed on the tuning seeds, its reported runs.
+
+    - every (h, scheme) cell has its own step, bracketed by :func:`claims.bracket` on tuning seeds
+      disjoint from the reported ones, by the validation accuracy (training-split images outside the
+      training set) at the time budget; the reported seeds log the test accuracy;
+    - a seed draws its own i.i.d. split, initial model, job-time noise and minibatches
+      (:data:`paper_figures._hetero.SOURCES`); a seed is the same at every h (paired across h);
+    - every seed of a cell runs one length (:func:`run_counts`), the one that takes timing-noise
+      seed 0 to the time budget, so that a cell compiles one program (an asynchronous scheme, whose
+      length hardly changes with h, one program for all h); a run is read at the budget, its value
+      the mean over the log points in the budget's last tenth (:func:`paper_figures._hetero.tail`);
+    - two claims per scheme, judged on paired differences over the reported seeds (95% Student-t
+      intervals): "heterogeneity costs accuracy" (acc(h = 2) < acc(h = 0)), and "an intermediate
+      level is optimal" (acc(h_k) above both ends, with h_k the interior level the tuning seeds
+      rank best, so that the level is not chosen on the seeds that judge it). A claim whose cells
+      have a step at a grid's edge is inconclusive (:func:`claims.gated`)."""
     tune, report = claims.disjoint_seeds(p.tune_seeds, p.seeds)
     dsname = lab.tuning_images(p)[0]
     out = {"preset": p.name, "levels": np.array(LEVELS_H), "dataset": dsname, "horizon": p.horizon,

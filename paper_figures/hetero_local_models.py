@@ -12,24 +12,7 @@ asynchronous local SGD with Delayed Nesterov outer momentum (4 local SGD steps f
 model; Liu et al. 2024) and FedAsync (4 local steps, mixed into the server model with a staleness
 weight (1 + δ)^(−½); Xie et al. 2019). Each worker's model is read **after its local steps**
 (:class:`sim.telemetry.AfterLocalSteps`: the method's own job run from the point the worker holds,
-on its own shard; for EASGD from its persistent model).
-
-Set-up: an MLP (pixels → hidden → 10) on Fashion-MNIST pooled to 14×14 (scikit-learn's digits
-where it is not installed), 8 workers, 4 fast (job time 1) and 4 slow (job time R) plus
-exponential noise of mean 0.1 τ, R ∈ {1, 4, 16} (R = 1: the labels "fast" and "slow" are
-arbitrary, a control); i.i.d. shards and Dirichlet α = 1 shards. Per layer, averaged over the
-second half of training: how far each worker's model is from the server's in representation
-(1 − linear CKA on a fixed probe batch of test images) and how well its probe gradient aligns with
-the server's (cosine). Step sizes are each method's usual ones, not tuned (stated in the text).
-
-The claim "fast workers become early-layer specialists" is read as: the fast workers' divergence
-relative to the slow workers' is larger in the first layer than in the last,
-s = log(div_fast/div_slow)|first − log(div_fast/div_slow)|last, and more so the larger the speed
-gap: the effect s(R) − s(1), paired by seed (R = 1 is the control, the groups differing by label
-only), judged over seeds (95% Student-t interval; holds if above 0, does not hold if below,
-inconclusive otherwise); the headline is one :func:`claims.conjunction` over every cell. Seeds
-resample the split, the initial model, the job times and the minibatches (:data:`paper_figures._hetero.SOURCES`), and
-the minibatches of the recomputed jobs that read the workers' models (a stream of their own).
+on its own shard; for EASGD from its persistent model). Set-up and claim: :func:`compute`.
 """
 
 from __future__ import annotations
@@ -120,6 +103,22 @@ def one_run(p: Preset, method: str, split: str, ratio: float, seed: int) -> dict
 
 
 def compute(p: Preset, parts: Parts) -> dict:
+    """Set-up: an MLP (pixels → hidden → 10) on Fashion-MNIST pooled to 14×14 (scikit-learn's digits
+    where it is not installed), 8 workers, 4 fast (job time 1) and 4 slow (job time R) plus
+    exponential noise of mean 0.1 τ, R ∈ {1, 4, 16} (R = 1: the labels "fast" and "slow" are
+    arbitrary, a control); i.i.d. shards and Dirichlet α = 1 shards. Per layer, averaged over the
+    second half of training: how far each worker's model is from the server's in representation
+    (1 − linear CKA on a fixed probe batch of test images) and how well its probe gradient aligns with
+    the server's (cosine). Step sizes are each method's usual ones, not tuned (stated in the text).
+
+    The claim "fast workers become early-layer specialists" is read as: the fast workers' divergence
+    relative to the slow workers' is larger in the first layer than in the last,
+    s = log(div_fast/div_slow)|first − log(div_fast/div_slow)|last, and more so the larger the speed
+    gap: the effect s(R) − s(1), paired by seed (R = 1 is the control, the groups differing by label
+    only), judged over seeds (95% Student-t interval; holds if above 0, does not hold if below,
+    inconclusive otherwise); the headline is one :func:`claims.conjunction` over every cell. Seeds
+    resample the split, the initial model, the job times and the minibatches (:data:`paper_figures._hetero.SOURCES`), and
+    the minibatches of the recomputed jobs that read the workers' models (a stream of their own)."""
     runs, seconds = {}, 0.0
     for method in methods():
         for split in SPLITS:

@@ -1,13 +1,15 @@
 """Heterogeneity lab, experiment ``mitigation``: see :mod:`paper_figures._hetero` for what the lab
 measures and how.
 
-Two 8× stragglers among 8 workers; each mitigation against its own baseline, every scheme at its
-own step (:mod:`delaylab.claims`): bracketed by :func:`claims.bracket` on tuning seeds disjoint
-from the reported ones, by the training loss at the time budget; a seed draws its own i.i.d.
-split, initial model, job-time noise and minibatches (:data:`paper_figures._hetero.SOURCES`; the
-DPro-SM-like predictor reads that seed's own first job times). The claim per mitigation, "it lowers
-the training loss at the budget", is judged on the paired differences over the reported seeds
-(95% Student-t interval), inconclusive when either step sits at a grid's edge.
+Two 8× stragglers among 8 workers; each mitigation against its own baseline: staleness weighting
+on ASGD, backup workers on synchronous SGD, proactive scheduling (DPro-SM-like: per-worker local
+steps from the step times predicted from that seed's first jobs) on local SGD; measured:
+throughput, training loss at the budget and the specialisation index. Every scheme runs at its own
+step, bracketed by :func:`claims.bracket` on tuning seeds disjoint from the reported ones by the
+training loss at the budget; a seed draws its own split (:data:`SPLITS`), initial model, job-time
+noise and minibatches (:data:`paper_figures._hetero.SOURCES`). The claim per mitigation, "it
+lowers the training loss at the budget", is judged on the paired differences over the reported
+seeds (95% Student-t interval), inconclusive when either step sits at a grid's edge.
 
     delaylab figure hetero-mitigation --quick     # the quick preset
     delaylab figure hetero-mitigation             # the full preset

@@ -1,5 +1,14 @@
-"""Heterogeneity lab, experiment ``specialisation``: see :mod:`paper_figures._hetero` for what the lab
-measures and how.
+"""Heterogeneity lab, experiment ``specialisation``: see :mod:`paper_figures._hetero` for the set-up
+the lab shares.
+
+4 fast workers (τ = 1) and 4 slow ones (τ = R), R ∈ {1, 2, 4, 8, 16}, vanilla ASGD, for the MLP
+and for a small CNN (two 5×5 convolutions with 8 and 16 channels, a 32-unit head; R ∈ {1, 4, 16}
+in the quick preset). Per layer and over the second half of training: how far each worker's model
+is from the server's in representation (1 − linear CKA on a fixed probe batch) and how well its
+next gradient aligns with the server's current one (cosine), fast against slow. Then
+data-dependent durations (R = 1, a job's time ∝ the ink of the images it draws): are the long
+jobs the ones that drew hard examples (high loss under the final model)? The seeds vary the
+minibatch draws only (one split, one initial model, one timing draw).
 
     delaylab figure hetero-specialisation --quick     # the quick preset
     delaylab figure hetero-specialisation             # the full preset

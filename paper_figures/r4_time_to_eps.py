@@ -3,50 +3,11 @@
 The claim (Rescaled ASGD's poster, docs/theory.md §8.1): Rescaled ASGD's time to an ε-stationary point has
 the optimal leading term τ_A σ² LΔ/(nε²), the one Malenia SGD attains (the heterogeneous lower
 bound, docs/theory.md §8); heterogeneity and staleness enter only at lower orders, (τ_max/τ_H) τ_A √(σ²+ζ²)/ε^1.5
-and τ_max/ε. So the ratio T_Rescaled(ε)/T_Malenia(ε) should stay bounded as ε → 0. Tested as:
-
-- **Problems.** The smooth nonconvex finite sum of :func:`sim.problems.nonconvex_quadratic`
-  (F_i = ½(x − b_i)ᵀA(x − b_i) + λ Σ_j x_j²/(1 + x_j²), λ = 4, d = 10: its Hessian has negative
-  eigenvalues where coordinates are near ±1, so F is nonconvex; runs start at x0 = 1, where the
-  Hessian is A − 2I, with an eigenvalue as low as −1), and (full preset) the same with λ = 0, a
-  quadratic. A is shared, so the heterogeneity ∇F_i − ∇F = −Aδ_i is the same at every x and
-  ζ² = (1/n) Σ‖Aδ_i‖² is exact. Near a nondegenerate minimiser either problem is locally strongly
-  convex, so the last stretch to a small ε behaves as on a quadratic: measured times grow like
-  1/ε, not like the worst-case 1/ε²; the leading terms' exponent is not what is tested, their
-  ratio is.
-- **Regimes.** "noise": σ² = 1 ≫ ζ² = 0.01; "heterogeneity": σ² = 0.01 ≪ ζ² = 1. ε levels are
-  fractions of σ² (ε = σ² · 2^-k/10). By the bounds with constants 1, Rescaled's σ² term leads
-  Malenia's only at smaller ε than these once τ_n/τ_1 ≥ 8 (its ε^-1.5 term is 1.7–19× larger at
-  the smallest ε): what is measured is the approach to the asymptote, and the theory's shape of
-  the ratio over the same ε is printed beside each verdict.
-- **Speeds.** Fixed computation τ_i evenly spaced from 1 to τ_n/τ_1 ∈ ``spreads``; n ∈ ``workers``.
-- **Steps, per method and per ε**, chosen by :func:`delaylab.claims.bracket` on tuning seeds
-  disjoint from the reported ones (score: the median time to ε over the tuning seeds, inf when not
-  reached): the starting grid is extended by its own ratio while the best step is at an edge, up
-  to ``max_extend`` steps a side, then refined twice around the best (ratio 3.2 → 1.33: a grid
-  as coarse as the ε spacing would move the step between grid points from one ε to the next and
-  the slope with it); a verdict that rests on a step left at an edge is inconclusive.
-  Rescaled ASGD's normalisation is a reconstruction (γ_i = γ τ_i/τ_H here, docs/theory.md §6.2); with the
-  step tuned, the other reading (γ τ_i/τ_max) runs the same iterates at γ·τ_max/τ_H, so it
-  cannot change a verdict as long as the grid brackets the optimum.
-- **Horizon per ε**: E(ε) = ``events`` · (ε_0/ε)² events (∝ 1/ε², the nonconvex worst case),
-  made 4× longer (up to ``LONGER`` times) for a method that misses ε on a tuning or reported seed,
-  so that the slowest method's time fits and faster ones are not compared on their floors (a first
-  quick run without this missed the largest ε at spreads 32 and 128 within 1,000 events).
-- **Time to ε**: ‖∇F‖² is logged ``LOG_POINTS`` times per run, smoothed by a centred mean over
-  ``SMOOTH`` log points (fewer at the ends, so the first points count), and the time is where the
-  smoothed curve first crosses ε, interpolated linearly between log points (not quantised to them).
-- **Seeds** resample the gradient noise (the only random source of a run: timing is fixed
-  computation and x0 = 0). The problem instance (A, b̄, δ_i) is drawn once per setting and held
-  fixed: the claim concerns the time on a given problem, and every method and seed sees the same one.
-- **Verdict, per setting**: over the three smallest ε that Rescaled and Malenia reach on every
-  reported seed (inconclusive when Malenia reaches a smaller ε on every seed and Rescaled does
-  not: dropping that level would hide the evidence against the claim), the slope of log(T_Rescaled/T_Malenia) against log(1/ε), per seed, and its 95%
-  Student-t interval over seeds. "Bounded as ε → 0" holds when the interval lies below
-  ``SLOPE_BOUND`` (the ratio grows slower than ε^-0.25: flattening), does not hold at the ε reached
-  when it lies above it, and is inconclusive otherwise. The ratio at the smallest ε is printed with
-  its interval (a t interval of the mean log ratio, exponentiated). The theory's own shape for the
-  ratio (the two upper bounds with constants 1) is printed beside it, as a shape only.
+and τ_max/ε. So the ratio T_Rescaled(ε)/T_Malenia(ε) should stay bounded as ε → 0. Tested on a
+smooth nonconvex finite sum (:func:`sim.problems.nonconvex_quadratic`) in a noise regime and a
+heterogeneity regime, τ_i evenly spaced, each method's step bracketed per ε on tuning seeds; the
+verdict is on the slope of log(T_Rescaled/T_Malenia) against log(1/ε) over seeds. The protocol in
+full (problems, regimes, speeds, steps, horizons, time to ε, seeds, verdict): :func:`compute`.
 """
 
 from __future__ import annotations
@@ -171,6 +132,50 @@ def _settings(p: Preset) -> list:
 
 
 def compute(preset: Preset, parts: Parts, progress: bool = True) -> dict:
+    """Every setting's runs and verdict. Tested as:
+
+    - **Problems.** The smooth nonconvex finite sum of :func:`sim.problems.nonconvex_quadratic`
+      (F_i = ½(x − b_i)ᵀA(x − b_i) + λ Σ_j x_j²/(1 + x_j²), λ = 4, d = 10: its Hessian has negative
+      eigenvalues where coordinates are near ±1, so F is nonconvex; runs start at x0 = 1, where the
+      Hessian is A − 2I, with an eigenvalue as low as −1), and (full preset) the same with λ = 0, a
+      quadratic. A is shared, so the heterogeneity ∇F_i − ∇F = −Aδ_i is the same at every x and
+      ζ² = (1/n) Σ‖Aδ_i‖² is exact. Near a nondegenerate minimiser either problem is locally strongly
+      convex, so the last stretch to a small ε behaves as on a quadratic: measured times grow like
+      1/ε, not like the worst-case 1/ε²; the leading terms' exponent is not what is tested, their
+      ratio is.
+    - **Regimes.** "noise": σ² = 1 ≫ ζ² = 0.01; "heterogeneity": σ² = 0.01 ≪ ζ² = 1. ε levels are
+      fractions of σ² (ε = σ² · 2^-k/10). By the bounds with constants 1, Rescaled's σ² term leads
+      Malenia's only at smaller ε than these once τ_n/τ_1 ≥ 8 (its ε^-1.5 term is 1.7–19× larger at
+      the smallest ε): what is measured is the approach to the asymptote, and the theory's shape of
+      the ratio over the same ε is printed beside each verdict.
+    - **Speeds.** Fixed computation τ_i evenly spaced from 1 to τ_n/τ_1 ∈ ``spreads``; n ∈ ``workers``.
+    - **Steps, per method and per ε**, chosen by :func:`delaylab.claims.bracket` on tuning seeds
+      disjoint from the reported ones (score: the median time to ε over the tuning seeds, inf when not
+      reached): the starting grid is extended by its own ratio while the best step is at an edge, up
+      to ``max_extend`` steps a side, then refined twice around the best (ratio 3.2 → 1.33: a grid
+      as coarse as the ε spacing would move the step between grid points from one ε to the next and
+      the slope with it); a verdict that rests on a step left at an edge is inconclusive.
+      Rescaled ASGD's normalisation is a reconstruction (γ_i = γ τ_i/τ_H here, docs/theory.md §6.2); with the
+      step tuned, the other reading (γ τ_i/τ_max) runs the same iterates at γ·τ_max/τ_H, so it
+      cannot change a verdict as long as the grid brackets the optimum.
+    - **Horizon per ε**: E(ε) = ``events`` · (ε_0/ε)² events (∝ 1/ε², the nonconvex worst case),
+      made 4× longer (up to ``LONGER`` times) for a method that misses ε on a tuning or reported seed,
+      so that the slowest method's time fits and faster ones are not compared on their floors (a fixed
+      horizon of 1,000 events misses the largest ε at spreads 32 and 128).
+    - **Time to ε**: ‖∇F‖² is logged ``LOG_POINTS`` times per run, smoothed by a centred mean over
+      ``SMOOTH`` log points (fewer at the ends, so the first points count), and the time is where the
+      smoothed curve first crosses ε, interpolated linearly between log points (not quantised to them).
+    - **Seeds** resample the gradient noise (the only random source of a run: timing is fixed
+      computation and x0 = 0). The problem instance (A, b̄, δ_i) is drawn once per setting and held
+      fixed: the claim concerns the time on a given problem, and every method and seed sees the same one.
+    - **Verdict, per setting**: over the three smallest ε that Rescaled and Malenia reach on every
+      reported seed (inconclusive when Malenia reaches a smaller ε on every seed and Rescaled does
+      not: dropping that level would hide the evidence against the claim), the slope of log(T_Rescaled/T_Malenia) against log(1/ε), per seed, and its 95%
+      Student-t interval over seeds. "Bounded as ε → 0" holds when the interval lies below
+      ``SLOPE_BOUND`` (the ratio grows slower than ε^-0.25: flattening), does not hold at the ε reached
+      when it lies above it, and is inconclusive otherwise. The ratio at the smallest ε is printed with
+      its interval (a t interval of the mean log ratio, exponentiated). The theory's own shape for the
+      ratio (the two upper bounds with constants 1) is printed beside it, as a shape only."""
     out = {"preset": preset.name, "settings": {}, "config": dataclasses.asdict(preset)}
     todo = _settings(preset)
     for i, (k, n, r, s) in enumerate(todo):
@@ -192,7 +197,7 @@ def _bound_shape(method: str, taus: np.ndarray, sigma2: float, zeta2: float, eps
 
 
 def ratio_claim(setting: dict) -> dict:
-    """The verdict on "T_Rescaled/T_Malenia bounded as ε → 0" for one setting (module docstring)."""
+    """The verdict on "T_Rescaled/T_Malenia bounded as ε → 0" for one setting (:func:`compute`)."""
     R, M = setting["methods"]["Rescaled"], setting["methods"]["Malenia"]
     eps = np.asarray(setting["eps"])
     both = [j for j in range(len(eps)) if np.all(np.isfinite(R[j]["report"])) and np.all(np.isfinite(M[j]["report"]))]

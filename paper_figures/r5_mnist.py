@@ -7,40 +7,9 @@ minibatch 4 per gradient, computation times τ_i + |N(0, i)| (variance i) drawn 
 E[τ_i + |N(0, i)|]), IA²SGD, Malenia SGD (S = n: one gradient from every worker per round
 [INFERRED]) and Ringleader ASGD.
 
-How the numbers are made (:mod:`delaylab.claims`):
-
-- **Seeds resample every random source**: a seed s gives, through :func:`claims.seed_sources`,
-  its own class-stratified training subset, Dirichlet split, initial model, job-time draws and
-  minibatch key (``SOURCES``). The test set is the data set's whole test split, the same for
-  every seed (it measures, it is not drawn).
-- **Steps bracketed on tuning seeds**: each method's step is chosen by :func:`claims.bracket`
-  from its 3-point starting grid (``GRIDS``), extended past an edge while the best step sits
-  there (up to ``max_extend`` steps a side), on ``tune_seeds`` seeds disjoint from the reported
-  ones (refined once around the best in the full preset). The score is the mean over tuning seeds
-  of F averaged over the last tenth of the horizon (:func:`claims.window_mean`, the window the verdicts
-  read; inf if a run diverged).
-- **Reported seeds** run at the chosen step: F (the theory's objective (1/n) Σ F_i; the shards
-  are equal and partition the training subset, so it is also the pooled cross-entropy over it),
-  ‖∇F‖² and the test accuracy, at ``log_points`` times; curves are the median and interquartile
-  range over the reported seeds.
-- **Fig. B's ranking** (Rescaled below Ringleader below Malenia in training loss) is judged at
-  the end and, along the same curves (one step per method, tuned for the end, as Fig. B draws one
-  curve per method), at a third and two thirds of the horizon: at each time t the value is F
-  averaged over the log points in (t − horizon/10, t], the paired difference per seed is of log F
-  (the figure's log scale), and :func:`claims.conjunction` gives the verdict (95% Student-t
-  intervals; "does not hold" at the Bonferroni level). A verdict that rests on a step at a grid
-  edge is inconclusive (:func:`claims.gated`). The text adds, for the earlier times, the steps the
-  tuning runs would have chosen for them, since a step tuned for the end need not be best earlier.
-- **Malenia SGD's rounds** run under the event model's deviation (``algos/rounds.py``): a job in
-  flight at a round's end runs to completion and is discarded, where the paper stops it; the text
-  reports Malenia's rounds and discarded gradients and what the handicap means for the verdict.
-- The Dirichlet shards are handed to workers in a drawn order (``sim.data.split_dirichlet``), so
-  the most skewed shards, drawn last from the pools' leftovers, do not always go to the slowest
-  workers.
-
-Every run (method, step, seed) is one part, so a stopped run resumes where it was. Deviation,
-stated in the text: the training set is a class-stratified random subset (``train_size`` images,
-so that F and ‖∇F‖² can be evaluated exactly at every log point on a CPU).
+How the numbers are made, with the claims harness (:mod:`delaylab.claims`): :func:`compute`.
+Deviation, stated in the text: the training set is a class-stratified random subset
+(``train_size`` images, so that F and ‖∇F‖² can be evaluated exactly at every log point on a CPU).
 """
 
 from __future__ import annotations
@@ -63,7 +32,7 @@ from sim.data import load_mnist_format, stratified_subset
 from sim.models import mlp_classifier
 
 # Starting grids per method (ratio about 3.3); claims.bracket extends them past an edge. Their
-# middle values were the best of a probe on the old protocol (horizon 1500, 2 seeds, tail loss):
+# middle values were the best of a shorter probe (horizon 1500, 2 seeds, tail loss):
 # vanilla 0.01, Rescaled 0.003, IA²SGD 0.01, Malenia 0.2, Ringleader 0.005 (Ringleader makes n
 # updates per round, so its step must be about n times smaller than Malenia's).
 GRIDS = {
@@ -177,7 +146,42 @@ def score_at(run: dict, t: float, horizon: float) -> float:
 
 def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, progress: bool = True) -> dict:
     """Every method: its step bracketed on the tuning seeds, then its runs on the reported seeds.
-    Each (method, step, seed) run is one part."""
+    Each (method, step, seed) run is one part.
+
+    How the numbers are made (:mod:`delaylab.claims`):
+
+    - **Seeds resample every random source**: a seed s gives, through :func:`claims.seed_sources`,
+      its own class-stratified training subset, Dirichlet split, initial model, job-time draws and
+      minibatch key (``SOURCES``). The test set is the data set's whole test split, the same for
+      every seed (it measures, it is not drawn).
+    - **Steps bracketed on tuning seeds**: each method's step is chosen by :func:`claims.bracket`
+      from its 3-point starting grid (``GRIDS``), extended past an edge while the best step sits
+      there (up to ``max_extend`` steps a side), on ``tune_seeds`` seeds disjoint from the reported
+      ones (refined once around the best in the full preset). The score is the mean over tuning seeds
+      of F averaged over the last tenth of the horizon (:func:`claims.window_mean`, the window the verdicts
+      read; inf if a run diverged).
+    - **Reported seeds** run at the chosen step: F (the theory's objective (1/n) Σ F_i; the shards
+      are equal and partition the training subset, so it is also the pooled cross-entropy over it),
+      ‖∇F‖² and the test accuracy, at ``log_points`` times; curves are the median and interquartile
+      range over the reported seeds.
+    - **Fig. B's ranking** (Rescaled below Ringleader below Malenia in training loss) is judged at
+      the end and, along the same curves (one step per method, tuned for the end, as Fig. B draws one
+      curve per method), at a third and two thirds of the horizon: at each time t the value is F
+      averaged over the log points in (t − horizon/10, t], the paired difference per seed is of log F
+      (the figure's log scale), and :func:`claims.conjunction` gives the verdict (95% Student-t
+      intervals; "does not hold" at the Bonferroni level). A verdict that rests on a step at a grid
+      edge is inconclusive (:func:`claims.gated`). The text adds, for the earlier times, the steps the
+      tuning runs would have chosen for them, since a step tuned for the end need not be best earlier.
+    - **Malenia SGD's rounds** run under the event model's deviation (``algos/rounds.py``): a job in
+      flight at a round's end runs to completion and is discarded, where the paper stops it; the text
+      reports Malenia's rounds and discarded gradients and what the handicap means for the verdict.
+    - The Dirichlet shards are handed to workers in a drawn order (``sim.data.split_dirichlet``), so
+      the most skewed shards, drawn last from the pools' leftovers, do not always go to the slowest
+      workers.
+
+    Every run (method, step, seed) is one part, so a stopped run resumes where it was. Deviation,
+    stated in the text: the training set is a class-stratified random subset (``train_size`` images,
+    so that F and ‖∇F‖² can be evaluated exactly at every log point on a CPU)."""
     cfg = preset
     tune, report = claims.disjoint_seeds(cfg.tune_seeds, cfg.report_seeds)
     _, schedule0, _, dataset = build(seed=report[0], train_size=cfg.train_size, horizon=cfg.horizon,
@@ -233,7 +237,7 @@ def at_time(data: dict, key: str, t: float) -> dict:
 
 
 def ranking_claim(data: dict, t: float) -> dict:
-    """Fig. B's ranking at time t (module docstring): verdict, the two comparisons, the reason."""
+    """Fig. B's ranking at time t (:func:`compute`): verdict, the two comparisons, the reason."""
     f = at_time(data, "loss", t)
     if not set(RANKING) <= set(f):
         return {"verdict": claims.INCONCLUSIVE, "parts": [], "why": "this run lacks " +

@@ -9,26 +9,8 @@ bias: theory (docs/theory.md §8.1) predicts it is the slower method here. Delay
 
 The claim judged, "Rescaled ASGD is slower than vanilla ASGD on homogeneous data", is about the
 methods at their best, so it is judged on the time to reach F − F* ≤ ε with each method's step
-tuned for that ε (at one shared step the larger floor is a property of the set-up, not a finding):
-
-- **Seeds resample every random source** (:func:`delaylab.claims.seed_sources`): the problem
-  instance (A's eigenbasis, its spectrum inside [1, 4] with both ends kept, and b), the initial
-  point, the job-time draws and the gradient noise.
-- **Steps** are chosen per method and per ε by :func:`delaylab.claims.bracket` (score: the
-  median time to ε over ``tune_seeds`` tuning seeds, disjoint from the reported ones; inf when
-  not reached, and inf for a step whose stationary F − F* on the tuning seeds is above
-  ``FLOOR_ELIGIBLE``·ε: such a step meets ε only in a noise dip, and timing the dip would reward
-  it), extended past an edge up to ``max_extend`` steps a side and refined once. The best step
-  often sits next to one that fails (diverges or cannot reach ε): the refinement halves that gap.
-- **Time to ε** is where F − F*, smoothed by a centred mean over ``SMOOTH`` log points, first
-  falls to ε, interpolated between log points (:func:`delaylab.claims.first_crossing`).
-- **Verdict**, per ε: the paired log ratio log(T_vanilla/T_Rescaled) over reported seeds, its 95%
-  t interval (:func:`delaylab.claims.ratio_below`): the claim holds when the whole interval lies
-  below 0, does not hold when it lies above; gated on the steps being interior
-  (:func:`delaylab.claims.gated`). The theory's prediction for the noise-dominated limit, a ratio
-  T_Rescaled/T_vanilla → τ_A/τ_H, is printed beside it as the scale to expect, not as a test.
-- The small-step noise-floor formula (``theory.noise_floor``) is compared with the floors measured
-  at one shared small step (the preset's ``floor_step``), as a check of that formula, not of the paper.
+tuned for that ε (at one shared step the larger floor is a property of the set-up, not a
+finding); how: :func:`compute`.
 """
 
 from __future__ import annotations
@@ -120,6 +102,26 @@ def _run(p: Preset, name: str, step: float, seed: int) -> dict:
 
 
 def compute(preset: Preset, parts: Parts, progress: bool = True) -> dict:
+    """Every method's steps per ε and its reported runs:
+
+    - **Seeds resample every random source** (:func:`delaylab.claims.seed_sources`): the problem
+      instance (A's eigenbasis, its spectrum inside [1, 4] with both ends kept, and b), the initial
+      point, the job-time draws and the gradient noise.
+    - **Steps** are chosen per method and per ε by :func:`delaylab.claims.bracket` (score: the
+      median time to ε over ``tune_seeds`` tuning seeds, disjoint from the reported ones; inf when
+      not reached, and inf for a step whose stationary F − F* on the tuning seeds is above
+      ``FLOOR_ELIGIBLE``·ε: such a step meets ε only in a noise dip, and timing the dip would reward
+      it), extended past an edge up to ``max_extend`` steps a side and refined once. The best step
+      often sits next to one that fails (diverges or cannot reach ε): the refinement halves that gap.
+    - **Time to ε** is where F − F*, smoothed by a centred mean over ``SMOOTH`` log points, first
+      falls to ε, interpolated between log points (:func:`delaylab.claims.first_crossing`).
+    - **Verdict**, per ε: the paired log ratio log(T_vanilla/T_Rescaled) over reported seeds, its 95%
+      t interval (:func:`delaylab.claims.ratio_below`): the claim holds when the whole interval lies
+      below 0, does not hold when it lies above; gated on the steps being interior
+      (:func:`delaylab.claims.gated`). The theory's prediction for the noise-dominated limit, a ratio
+      T_Rescaled/T_vanilla → τ_A/τ_H, is printed beside it as the scale to expect, not as a test.
+    - The small-step noise-floor formula (``theory.noise_floor``) is compared with the floors measured
+      at one shared small step (the preset's ``floor_step``), as a check of that formula, not of the paper."""
     p = preset
     tune, report = claims.disjoint_seeds(p.tune_seeds, p.report_seeds)
     count = [0]

@@ -5,8 +5,7 @@ Vanilla ASGD on synthetic logistic regression (4 workers, minibatches of 16, flo
 are made heterogeneous by injected sleeps of 2, 4, 8 and 16 ms per job, and worker 1 stalls once
 for 0.15 s. Three curves of the loss against seconds:
 
-* **real**: the server's model, snapshotted every ``log_every`` applied results, against the wall
-  clock;
+* **real**: the server's model, snapshotted every ``log_every`` applied results, against the clock;
 * **replay**: ``sim.run`` on ``sim.schedules.from_trace`` of the recorded trace, whose event times
   are the real application times, so its axis is real seconds too: it must lie on the real curve;
 * **fixed model**: ``sim.schedules.fixed_computation`` with τ_i = worker i's mean measured job

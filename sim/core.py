@@ -11,14 +11,7 @@ Every loop is a named inner function handed to ``lax.scan``; the carry is a name
 Inside, an outer ``lax.scan`` runs over metric chunks (``log_every`` events each) and an inner one
 over blocks of events in which no worker appears twice (:mod:`sim.blocks`): each block's worker
 jobs are computed at once (``vmap``, or ``lax.map``), then the server handles the arrivals in event
-order. Metrics are computed once per chunk, never per event.
-
-Randomness: event ``e``'s job draws from ``fold_in(key, e)`` (or, on a schedule whose durations
-came from the examples drawn, job k of worker i from ``fold_in(fold_in(key, i), k)``), so results
-do not depend on how the schedule was cut into blocks.
-
-Divergence: the server model is checked after every event. The first event that makes it
-non-finite is recorded, the update is not applied, and the state is frozen from there on.
+order. Metrics are computed once per chunk, never per event. Keys and divergence: :func:`make_run`.
 """
 
 from __future__ import annotations
@@ -150,7 +143,14 @@ class Run(NamedTuple):
 
 def make_run(static: Static, hparams, data, x0, key, ev: dict, targets: dict) -> Run:
     """The pieces of one run. ``ev`` holds the per-event arrays (``sim.engine``'s event arrays),
-    ``targets`` the named points whose distance to the server model is logged."""
+    ``targets`` the named points whose distance to the server model is logged.
+
+    Randomness: event ``e``'s job draws from ``fold_in(key, e)`` (or, on a schedule whose durations
+    came from the examples drawn, job k of worker i from ``fold_in(fold_in(key, i), k)``), so
+    results do not depend on how the schedule was cut into blocks.
+
+    Divergence: the server model is checked after every event. The first event that makes it
+    non-finite is recorded, the update is not applied, and the state is frozen from there on."""
     init, work, apply, params_of, apply_round, point_init = static.alg_fns
     fns = static.prob_fns
     n = static.num_workers

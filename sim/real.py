@@ -1,27 +1,14 @@
 """Real asynchrony: the same algorithms on real concurrent workers, traced, and replayed exactly.
 
 :func:`run` starts a parameter-server actor and n worker actors on Ray (``pip install
-delaylab[ray]``; ``ray.init()`` on this machine unless Ray is already initialised or an
-``address`` is given) and runs an asynchronous algorithm (one with ``apply``) on a problem:
+delaylab[ray]``) and runs an asynchronous algorithm (one with ``apply``) on a problem, with the
+same pure functions the simulator uses and optional injected slowdowns (:class:`Slowdown`).
 
-* worker i computes job k with ``alg.work`` (the same pure function the simulator batches) at the
-  point the server last handed it, with the key ``fold_in(fold_in(key, i), k)``, the keying the
-  engine uses for schedules that carry a ``job_key``;
-* the driver passes each result to the server the moment it arrives (``ray.wait``), in arrival
-  order; the server applies ``alg.apply`` (the same function again) and hands the worker its next
-  point, which goes straight to the worker's next job;
-* optional injected slowdowns (:class:`Slowdown`): a sleep added to every job of a worker, a
-  worker that stalls once for a while, a worker whose process dies at a given job. A dead worker
-  is reported (:attr:`RealResult.dead`) and the run goes on without it; it ends when
-  ``num_events`` results have been applied or no worker is left, with what it has.
-
-The run records a trace (:meth:`RealResult.write_trace`): per applied result, the worker, its job
-number, when the job started and finished on the worker, when the server applied it, the server
-version the job started from, its staleness and the job's key, plus a JSON file with the run's
-base key and its dead workers. :func:`sim.schedules.from_trace` turns it into a schedule with the
-server's order, and ``sim.run(alg, problem, schedule, key=replay_key(path))`` recomputes the
-same run in the simulator: same order, same keys, same functions, so the same final model up to
-floating-point rounding (XLA may fuse the simulator's program differently).
+The run records a trace (:meth:`RealResult.write_trace`). :func:`sim.schedules.from_trace` turns
+it into a schedule with the server's order, and ``sim.run(alg, problem, schedule,
+key=replay_key(path))`` recomputes the same run in the simulator: same order, same keys, same
+functions, so the same final model up to floating-point rounding (XLA may fuse the simulator's
+program differently).
 
 Clocks: times are ``time.time()`` differences from the run's start, read by each process; on one
 machine they share one clock, across machines they are only as good as the machines' clock sync.
@@ -105,7 +92,11 @@ class RealResult:
         return int(self.trace["event"].shape[0])
 
     def write_trace(self, path: str) -> str:
-        """The trace as CSV at ``path`` and its metadata as ``path + '.json'``; returns ``path``."""
+        """The trace as CSV at ``path`` and its metadata as ``path + '.json'``; returns ``path``.
+
+        Per applied result: the worker, its job number, when the job started and finished on the
+        worker, when the server applied it, the server version the job started from, its staleness
+        and the job's key; the JSON file holds the run's base key and its dead workers."""
         from sim import store
 
         store.write_csv(path, [{c: self.trace[c][e].item() for c in TRACE_COLUMNS} for e in range(self.num_events)],
@@ -234,7 +225,19 @@ class _Server:
 def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict] = None,
         slowdown: Optional[Slowdown] = None, log_every: Optional[int] = None, address: Optional[str] = None,
         timeout: float = 600.0) -> RealResult:
-    """Run ``alg`` on ``problem`` with real concurrent workers (Ray actors, one per worker).
+    """Run ``alg`` on ``problem`` with real concurrent workers (Ray actors, one per worker;
+    ``ray.init()`` on this machine unless Ray is already initialised or an ``address`` is given):
+
+    * worker i computes job k with ``alg.work`` (the same pure function the simulator batches) at the
+      point the server last handed it, with the key ``fold_in(fold_in(key, i), k)``, the keying the
+      engine uses for schedules that carry a ``job_key``;
+    * the driver passes each result to the server the moment it arrives (``ray.wait``), in arrival
+      order; the server applies ``alg.apply`` (the same function again) and hands the worker its next
+      point, which goes straight to the worker's next job;
+    * optional injected slowdowns (:class:`Slowdown`): a sleep added to every job of a worker, a
+      worker that stalls once for a while, a worker whose process dies at a given job. A dead worker
+      is reported (:attr:`RealResult.dead`) and the run goes on without it; it ends when
+      ``num_events`` results have been applied or no worker is left, with what it has.
 
     Args:
       alg: an asynchronous :class:`algos.Algorithm` (one with ``apply``).

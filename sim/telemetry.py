@@ -5,32 +5,11 @@ Everything here is a pure function of arrays, jit- and vmap-safe, and independen
 pass it the stacked worker models (a pytree whose leaves have a leading worker axis ``n``), their
 gradients or updates, or activations on a fixed probe batch.
 
-Layers. A *layer* is a parameter pytree's node one level above its leaves: for Flax parameters
-``{"Dense_0": {"kernel", "bias"}, ...}`` the layers are ``Dense_0``, ...; a leaf with no parent
-dict is a layer on its own. :func:`layer_matrices` flattens a stacked tree into one ``[n, d_ℓ]``
-matrix per layer (kernel and bias together), and the per-layer statistics below work on those.
-
-Formulas (notation of docs/theory.md §11: ``g_i`` worker i's gradient or update in one layer, ``ḡ`` their
-mean, ``y_i`` worker i's parameters, ``x̄`` the global ones):
-
-- norms ``‖g_i‖``; cross-worker variance ``V = (1/n) Σ_i ‖g_i − ḡ‖²``; signal-to-noise
-  ``‖ḡ‖² / V``; gradient diversity (Yin et al. 2018) ``D = Σ_i ‖g_i‖² / ‖Σ_i g_i‖²``;
-- the cosine matrix ``cos_ij = ⟨g_i, g_j⟩ / (‖g_i‖ ‖g_j‖)`` and the alignment of each worker with
-  an aggregate ``cos(g_i, a)``;
-- consensus distance (Kong et al. 2021) ``Ξ² = (1/n) Σ_i ‖y_i − ȳ‖²`` and drift ``‖y_i − x̄‖``;
-- linear CKA (Kornblith et al. 2019) on centred activations ``X̃, Ỹ``:
-  ``‖Ỹᵀ X̃‖²_F / (‖X̃ᵀ X̃‖_F ‖Ỹᵀ Ỹ‖_F)``, computed from the centred Gram matrices ``X̃X̃ᵀ`` (the two
-  forms are equal; the Gram one costs ``m²`` per pair, which is less when the probe batch is
-  smaller than the layer);
-- minibatch CKA (Nguyen et al. 2021) from the unbiased HSIC of each batch of m ≥ 4 probes, with
-  ``K̃`` the Gram matrix with its diagonal zeroed:
-  ``HSIC₁ = [tr(K̃L̃) + 1ᵀK̃1·1ᵀL̃1/((m−1)(m−2)) − 2/(m−2)·1ᵀK̃L̃1] / (m(m−3))`` and
-  ``CKA = mean_b HSIC₁(K_b, L_b) / √(mean_b HSIC₁(K_b, K_b) · mean_b HSIC₁(L_b, L_b))``;
-- the specialisation index of a CKA matrix ``1 − mean_{i<j} CKA_ij``;
-- realised shares ``q_i`` (each worker's part of the applied weight).
-
-Each is checked against a plain NumPy implementation in ``tests/sim/test_telemetry.py``.
-A zero vector has no direction: its cosines are 0, not NaN.
+Per-layer statistics (:func:`layer_matrices` says what a layer is; notation of
+docs/theory.md §11: ``g_i`` worker i's gradient or update in one layer, ``ḡ`` their mean, ``y_i``
+worker i's parameters, ``x̄`` the global ones): norms, variance, signal-to-noise, gradient diversity, cosines,
+consensus distance, drift, linear and minibatch CKA, the specialisation index and realised shares,
+each checked against a plain NumPy implementation in ``tests/sim/test_telemetry.py``.
 """
 
 from __future__ import annotations
@@ -52,7 +31,11 @@ _TINY = 1e-30
 
 def layer_matrices(stacked) -> dict[str, jax.Array]:
     """``{layer: [n, d_ℓ]}`` from a pytree whose leaves have a leading worker axis ``n``: each
-    worker's leaves of the layer, flattened and concatenated in leaf order."""
+    worker's leaves of the layer, flattened and concatenated in leaf order.
+
+    A *layer* is a parameter pytree's node one level above its leaves: for Flax parameters
+    ``{"Dense_0": {"kernel", "bias"}, ...}`` the layers are ``Dense_0``, ...; a leaf with no parent
+    dict is a layer on its own. Kernel and bias go into one matrix."""
     leaves = jax.tree_util.tree_flatten_with_path(stacked)[0]
     if not leaves:
         raise ValueError("layer_matrices: the tree has no leaves")
@@ -90,13 +73,15 @@ def signal_to_noise(g: jax.Array) -> jax.Array:
 
 
 def diversity(g: jax.Array) -> jax.Array:
-    """Gradient diversity ``Σ_i ‖g_i‖² / ‖Σ_i g_i‖²`` (1/n for identical rows; large when they cancel)."""
+    """Gradient diversity (Yin et al. 2018) ``Σ_i ‖g_i‖² / ‖Σ_i g_i‖²`` (1/n for identical rows; large
+    when they cancel)."""
     total = weighted_sum(jnp.ones((g.shape[0],), g.dtype), g)
     return jnp.sum(jnp.square(g)) / jnp.maximum(jnp.sum(jnp.square(total)), _TINY)
 
 
 def cosine_matrix(g: jax.Array) -> jax.Array:
-    """``[n, n]`` cosines between the rows of ``g [n, d]`` (0 where a row is zero)."""
+    """``[n, n]`` cosines between the rows of ``g [n, d]`` (0 where a row is zero: a zero vector has
+    no direction, so its cosines are 0, not NaN)."""
     u = g / jnp.maximum(norms(g), _TINY)[:, None]
     return u @ u.T
 
@@ -108,8 +93,8 @@ def alignment(g: jax.Array, aggregate: jax.Array) -> jax.Array:
 
 
 def consensus_distance(y: jax.Array) -> jax.Array:
-    """``Ξ² = (1/n) Σ_i ‖y_i − ȳ‖²`` over the rows of ``y [n, d]`` (the same sum as :func:`variance`,
-    named for parameters)."""
+    """Consensus distance (Kong et al. 2021) ``Ξ² = (1/n) Σ_i ‖y_i − ȳ‖²`` over the rows of
+    ``y [n, d]`` (the same sum as :func:`variance`, named for parameters)."""
     return variance(y)
 
 
@@ -133,7 +118,10 @@ def _cka_from_grams(k: jax.Array, l: jax.Array) -> jax.Array:
 
 
 def linear_cka(x: jax.Array, y: jax.Array) -> jax.Array:
-    """Linear CKA between activations ``x [m, p]`` and ``y [m, q]`` of the same m probes."""
+    """Linear CKA (Kornblith et al. 2019) between activations ``x [m, p]`` and ``y [m, q]`` of the
+    same m probes: ``‖Ỹᵀ X̃‖²_F / (‖X̃ᵀ X̃‖_F ‖Ỹᵀ Ỹ‖_F)`` on centred activations ``X̃, Ỹ``, computed
+    from the centred Gram matrices ``X̃X̃ᵀ`` (the two forms are equal; the Gram one costs ``m²`` per
+    pair, which is less when the probe batch is smaller than the layer)."""
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"linear_cka: both activations need the same number of probes (rows); got {x.shape[0]} and {y.shape[0]}")
     return _cka_from_grams(centred_gram(x), centred_gram(y))
@@ -150,7 +138,8 @@ def linear_cka_matrix(acts: jax.Array) -> jax.Array:
 
 def hsic_unbiased(k: jax.Array, l: jax.Array) -> jax.Array:
     """The unbiased HSIC estimator of Song et al. (2012) used by minibatch CKA, from two ``[m, m]``
-    Gram matrices (m ≥ 4; the diagonals are zeroed here)."""
+    Gram matrices (m ≥ 4; the diagonals are zeroed here, giving ``K̃``, ``L̃``):
+    ``HSIC₁ = [tr(K̃L̃) + 1ᵀK̃1·1ᵀL̃1/((m−1)(m−2)) − 2/(m−2)·1ᵀK̃L̃1] / (m(m−3))``."""
     m = k.shape[0]
     if m < 4:
         raise ValueError(f"hsic_unbiased: needs at least 4 probes per batch; got {m}")
@@ -168,8 +157,9 @@ def _gram(x: jax.Array) -> jax.Array:
 
 
 def minibatch_cka(xs: jax.Array, ys: jax.Array) -> jax.Array:
-    """Minibatch CKA between ``xs [b, m, ...]`` and ``ys [b, m, ...]``: b batches of m probes each,
-    the same probes on both sides."""
+    """Minibatch CKA (Nguyen et al. 2021) between ``xs [b, m, ...]`` and ``ys [b, m, ...]``: b
+    batches of m probes each, the same probes on both sides;
+    ``CKA = mean_b HSIC₁(K_b, L_b) / √(mean_b HSIC₁(K_b, K_b) · mean_b HSIC₁(L_b, L_b))``."""
     if xs.shape[:2] != ys.shape[:2]:
         raise ValueError(f"minibatch_cka: both sides need the same [batches, probes] shape; got {xs.shape[:2]} and {ys.shape[:2]}")
     kx, ky = jax.vmap(_gram)(xs), jax.vmap(_gram)(ys)
@@ -366,7 +356,7 @@ def _frozen_hparams(hparams: dict) -> tuple:
 
 @dataclasses.dataclass(frozen=True)
 class AfterLocalSteps:
-    """Telemetry of the models the workers hold *after their local steps* (issue 24, part 2): at
+    """Telemetry of the models the workers hold *after their local steps*: at
     every log point each worker runs its method's own job (``work``, with ``hparams``) from the
     point it holds (``points``: what the engine handed it, or for elastic averaging its own
     state), on its own shard through the problem's oracle, and ``inner`` (e.g.

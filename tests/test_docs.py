@@ -15,20 +15,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 THEORY = os.path.join(ROOT, "docs", "theory.md")
 MAX_DOCSTRING_LINES = 15
 
-# Module docstrings still longer than MAX_DOCSTRING_LINES, to be shortened (detail moved into the
-# functions' docstrings or docs/). Remove a file from here once it is short; add none.
-LONG_DOCSTRINGS_PENDING = frozenset({
-    "algos/_rows.py", "algos/adahessian.py", "algos/async_local.py", "algos/elastic.py", "algos/fedstrag.py",
-    "algos/grouped.py", "algos/local_steps.py", "algos/periodic/__init__.py", "algos/wbsp.py",
-    "benchmarks/conv_routes.py", "benchmarks/deahes_full.py", "benchmarks/engine.py", "benchmarks/telemetry.py",
-    "benchmarks/workers.py", "delaylab/claims.py", "delaylab/runs.py", "paper_figures/_figure.py",
-    "paper_figures/_hetero.py", "paper_figures/bias_networks.py", "paper_figures/deahes.py",
-    "paper_figures/deahes_readings.py", "paper_figures/hetero_difficulty.py", "paper_figures/hetero_frontier.py",
-    "paper_figures/hetero_local_models.py", "paper_figures/r4_time_to_eps.py", "paper_figures/r5_mnist.py",
-    "paper_figures/r6_homogeneous.py", "paper_figures/wallclock.py", "sim/core.py", "sim/native/__init__.py",
-    "sim/real.py", "sim/schedules/__init__.py", "sim/telemetry.py",
-})
-
 OUTSIDE = re.compile(r"(?<![\w.])specs/|DESIGN\.md")
 ISSUE = re.compile(r"\b[Ii]ssue \d+")
 CITATION = re.compile(r"docs/theory\.md((?:\s*(?:,|–|-|and)?\s*§\d+(?:\.\d+)?)+)")
@@ -86,8 +72,7 @@ def test_module_docstrings_are_short(files):
         m = DOCSTRING.match(_read(f))  # a regex, not ast.parse: five times faster over the tree
         if m and len(m.group(2).splitlines()) > MAX_DOCSTRING_LINES:
             long[f] = len(m.group(2).splitlines())
-    new = {f: n for f, n in long.items() if f not in LONG_DOCSTRINGS_PENDING}
-    assert not new, f"module docstrings over {MAX_DOCSTRING_LINES} lines (move detail into functions or docs/): {new}"
+    assert not long, f"module docstrings over {MAX_DOCSTRING_LINES} lines (move detail into functions or docs/): {long}"
 
 
 def _theory_sections() -> set[str]:

@@ -171,6 +171,12 @@ def edit(*, stepsize: float = 1.0, local_stepsize: float, local_steps=1, momentu
     """EDiT's round: local steps, per-layer anomaly elimination, weighted averaging, clipping and an
     outer Nesterov step (see the module docstring and docs/theory.md §10.9).
 
+    Per layer ℓ, an EWMA anomaly detector on the norms n_i = ‖Δ_i^ℓ‖ nullifies outliers
+    (Δ_i^ℓ ← 0, n_i ← n_i + 10⁶); weights w_i = softmax_i(−n_i / T) (``reducer="softmax"``) or 1
+    (``"uniform"``; a nullified worker then still counts in the divisor), optionally mixed with
+    step counts, w_i ← (1 − r) w_i + r s_i/Σ_j s_j; Δ^ℓ = Σ_i w_i Δ_i^ℓ / Σ_i w_i, clipped to norm c
+    per layer or over all layers. A layer whose workers were all nullified is not updated.
+
     Args:
       stepsize, momentum: the outer step (the authors' README: η = 0.7, β = 0.8; 1 and 0 average).
       local_stepsize, local_steps, inner, weight_decay, b1, b2, eps: the local phase, as in

@@ -62,6 +62,10 @@ def _validate_fedshift(hparams, n):
 def fedshift(*, local_stepsize: float, local_steps=1, quantised, bits: int = 4) -> Algorithm:
     """FedShift on FedAvg (see the module docstring).
 
+    The listed workers upload their model quantised to b bits per tensor (uniform min–max, 2^b
+    levels); the server averages the models and shifts every tensor k, w̄_k ← w̄_k − (I/K) mean(w̄_k),
+    with I of the K delivered workers quantised.
+
     Args:
       local_stepsize, local_steps: each worker's local SGD from the global model.
       quantised: one bool per worker, True for the workers that upload b-bit weights

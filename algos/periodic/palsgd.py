@@ -97,7 +97,8 @@ def palsgd(*, stepsize: float = 1.0, local_stepsize: float, local_steps=1, proba
       pull: η_p ≥ 0, the pull towards x̄ of a pseudo-synchronisation step.
       coin: ``"shared"`` (the authors' code: all workers flip the same coins, from ``coin_seed``
         and the round number) or ``"per_worker"`` (from each job's own key).
-    With p = 0 this is :func:`algos.periodic.local_sgd` (same minibatches; equal to rounding).
+    With p = 0 this is :func:`algos.periodic.local_sgd` (same minibatches; equal to rounding). The
+    DDP warm start is not modelled (start the run from a warmed-up model instead).
     """
     if coin not in COINS:
         raise ValueError(f"palsgd: coin must be one of {list(COINS)}; got {coin!r}")

@@ -2,28 +2,17 @@
 through ``jax.ffi`` (``conv_dnnl.cc``, built by ``make native`` into ``libdelaylab_conv.so``).
 
 On this project's 2-core CPU, XLA's own convolution is slow inside the engine's loops and the
-im2col route spends most of the CNN's step building patches and in three large matmuls
-(``benchmarks/RESULTS.md``); oneDNN's direct convolution does the 14×14, 32 → 64 layer's forward,
-input gradient and kernel gradient in about a third of that time. Why C++ rather than an XLA flag
-(``python -m benchmarks.conv_routes``, benchmarks/RESULTS.md): no XLA CPU option in jaxlib 0.10.2
-(YNNPACK convolutions on or off, oneDNN or XNNPACK fusions, which take no convolutions) nor any
-layout brings XLA's convolution within 13x of these kernels per SGD step; the best pure-JAX
-arrangement takes 1.26–5.6x their time. So it stays, opt-in.
+im2col route spends most of the CNN's step building patches and in three large matmuls; oneDNN's
+direct convolution does the 14×14, 32 → 64 layer's forward, input gradient and kernel gradient in
+about a third of that time. No XLA CPU option in jaxlib 0.10.2 (YNNPACK convolutions on or off,
+oneDNN or XNNPACK fusions, which take no convolutions) nor any layout brings XLA's convolution
+within 13x of these kernels per SGD step; the best pure-JAX arrangement takes 1.26–5.6x their time
+(``python -m benchmarks.conv_routes``, benchmarks/RESULTS.md). So it stays, opt-in.
 
-Three JAX primitives, each bilinear in its two operands:
-
-- ``conv``: y = x ⋆ w, with x [N, H, W, C] and w [KH, KW, C, O] (HWIO) → y [N, H, W, O];
-- ``conv_bwd_data``: (g, w) ↦ the transpose of x ↦ x ⋆ w applied to g → [N, H, W, C];
-- ``conv_bwd_weights``: (x, g) ↦ the transpose of w ↦ x ⋆ w applied to g → [KH, KW, C, O].
-
-Each one's transposes are the other two (``_LINEAR``), and a bilinear map's JVP is the sum of
-the map on one tangent and the other, so reverse mode, forward mode and their compositions
-(AdaHessian's forward-over-reverse Hessian-vector products) all reduce to these three kernels.
-``vmap`` folds a batch into N where the kernel is shared, and maps over it otherwise.
-
-Where the library is not built (or ``DELAYLAB_NATIVE_CONV=0``), for other dtypes and on other
-backends, :func:`conv2d_same` is not used: :class:`sim.conv.Conv2D` falls back to im2col, and
-the primitives themselves lower to XLA's convolution off CPU.
+Three JAX primitives, ``conv``, ``conv_bwd_data`` and ``conv_bwd_weights``, each bilinear in its
+two operands and each one's transposes the other two (the ``ad.defbilinear`` rules below), so
+reverse mode, forward mode and their compositions (AdaHessian's forward-over-reverse
+Hessian-vector products) all reduce to these three kernels. Fallbacks: :func:`conv2d_same`.
 """
 
 from __future__ import annotations
@@ -150,6 +139,12 @@ def _ksize(w):
     return tuple(w.aval.shape[:2])
 
 
+# The three maps, each bilinear in its two operands:
+# - conv: y = x ⋆ w, with x [N, H, W, C] and w [KH, KW, C, O] (HWIO) → y [N, H, W, O];
+# - conv_bwd_data: (g, w) ↦ the transpose of x ↦ x ⋆ w applied to g → [N, H, W, C];
+# - conv_bwd_weights: (x, g) ↦ the transpose of w ↦ x ⋆ w applied to g → [KH, KW, C, O].
+# Each one's transposes are the other two, and a bilinear map's JVP is the sum of the map on one
+# tangent and the other, so every mode of differentiation reduces to these three kernels.
 # Transposes (bilinear: the cotangent goes to whichever operand is the linear input).
 ad.defbilinear(conv_p,
                lambda ct, x, w: conv_bwd_data_p.bind(ct, w),
@@ -163,7 +158,8 @@ ad.defbilinear(conv_bwd_weights_p,
 
 
 def _batch(prim, args, dims, *, weights_p=None, **params):
-    """vmap of one of the three maps. ``weights_p``: the kernel-gradient primitive of the family
+    """vmap of one of the three maps: a batch is folded into N where the kernel is shared, and
+    mapped over otherwise. ``weights_p``: the kernel-gradient primitive of the family
     (``conv_bwd_weights_p`` by default; benchmarks/conv_routes.py passes its own)."""
     a, b = args
     da, db = dims
@@ -185,7 +181,11 @@ for _p in _REFS:
 
 def conv2d_same(x, kernel):
     """x ⋆ kernel for x [N, H, W, C] and an HWIO kernel [KH, KW, C, O], stride 1, "SAME"
-    (zero padding (K − 1) // 2 before, the rest after: lax's "SAME"), by oneDNN on CPU."""
+    (zero padding (K − 1) // 2 before, the rest after: lax's "SAME"), by oneDNN on CPU.
+
+    Where the library is not built (or ``DELAYLAB_NATIVE_CONV=0``), for other dtypes and on other
+    backends, this is not used: :class:`sim.conv.Conv2D` falls back to im2col, and the primitives
+    themselves lower to XLA's convolution off CPU."""
     x, kernel = jnp.asarray(x), jnp.asarray(kernel)
     if x.ndim != 4 or kernel.ndim != 4 or x.shape[3] != kernel.shape[2]:
         raise ValueError(f"conv2d_same takes x [N, H, W, C] and a kernel [KH, KW, C, O]; got {x.shape} and "

@@ -6,20 +6,12 @@ The package splits along its seams: the type (:mod:`~sim.schedules.schedule`), t
 (:mod:`~sim.schedules.failures`); every public name is importable from ``sim.schedules``.
 
 Timing never depends on the model's values (docs/theory.md §1), so a whole run's
-event sequence is a handful of NumPy arrays. A :class:`Schedule` is built from a *timing model*
-(how long each job of each worker takes) and a *dispatch policy* (asynchronous: a worker
-restarts the moment it reports; barrier: synchronous rounds; backup workers: rounds that close at
-the N-th of N + b results). Time-varying speeds (slowdowns, stalls) wrap a timing model
-(:class:`SlowdownTiming`). Failures are a transform that marks some arrivals as lost.
-
-Conventions, fixed once for every schedule:
-
-* Worker indices are 0-based. Every worker starts its first job at time 0.
-* Events are ordered by finish time; ties are broken by the lower worker index
-  (docs/theory.md §1, rule 4). The finite-step orbit depends on this rule.
-* ``version[e]`` is the number of *delivered* arrivals the server had processed when event
-  ``e``'s job was dispatched, and ``staleness[e]`` the number processed since then, before ``e``.
-* With fixed computation the k-th arrival (k = 1, 2, ...) of worker i is at exactly ``k * τ_i``.
+event sequence is a handful of NumPy arrays. A :class:`Schedule` (whose docstring states the
+conventions every schedule keeps) is built from a *timing model* (how long each job of each worker
+takes) and a *dispatch policy* (asynchronous: a worker restarts the moment it reports; barrier:
+synchronous rounds; backup workers: rounds that close at the N-th of N + b results). Time-varying
+speeds (slowdowns, stalls) wrap a timing model (:class:`SlowdownTiming`). Failures are a
+transform that marks some arrivals as lost.
 """
 
 from sim.schedules.dispatch import (asynchronous, backup_workers, barrier, fixed_computation, hierarchical,

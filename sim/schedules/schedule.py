@@ -46,6 +46,15 @@ _PER_EVENT = ("worker", "start", "finish", "version", "delivered", "round", "com
 class Schedule:
     """An explicit event sequence. All arrays have one entry per event, in processing order.
 
+    Conventions, fixed once for every schedule:
+
+    * Worker indices are 0-based. Every worker starts its first job at time 0.
+    * Events are ordered by finish time; ties are broken by the lower worker index
+      (docs/theory.md §1, rule 4). The finite-step orbit depends on this rule.
+    * ``version[e]`` is the number of *delivered* arrivals the server had processed when event
+      ``e``'s job was dispatched, and ``staleness[e]`` the number processed since then, before ``e``.
+    * With fixed computation the k-th arrival (k = 1, 2, ...) of worker i is at exactly ``k * τ_i``.
+
     Attributes:
       worker: int32, the worker whose job finished.
       start: float64, the job's dispatch time.
