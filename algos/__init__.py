@@ -16,21 +16,30 @@ from algos.asgd import (
     staleness_aware_asgd,
     staleness_aware_step,
 )
-from algos.base import Algorithm, Event, gradient_work
+from algos.base import Algorithm, Event, Server, Worker, algorithm, gradient_job, handed_model
+from algos.corrections import Correction, clipped, clipping, server_correction
 from algos.fedstrag import fedstrag, fedstrag_history
 from algos.mitigation import fedasync, hierarchical_sgd, staleness_weight, staleness_weighted_asgd
 from algos.grouped import groups_by_speed, gsp
-from algos.async_local import async_local_sgd, dylu_local_steps, local_adamw_work, local_sgd_work
+from algos.async_local import async_local_sgd, dylu_local_steps, local_adamw_job, local_sgd_job
 from algos.local_steps import LocalSteps
 from algos.periodic import a_edit_local_steps, dpro_sm_like_local_steps, edit, fedshift, local_sgd, palsgd
-from algos.rounds import malenia_sgd, point_and_gradient_work, rennala_sgd, ringleader_asgd
+from algos.rounds import malenia_sgd, point_and_gradient_job, rennala_sgd, ringleader_asgd
 from algos.sync import minibatch_sgd
 from algos.wbsp import slowest_worker as wbsp_slowest_worker
 from algos.wbsp import wbsp
 from algos.tables import fedbuff_asgd, ia2sgd, ringmaster_asgd
 
 __all__ = [
+    "Correction",
+    "clipped",
+    "clipping",
+    "server_correction",
     "Algorithm",
+    "Server",
+    "Worker",
+    "algorithm",
+    "handed_model",
     "ASGDState",
     "Event",
     "asgd",
@@ -39,8 +48,8 @@ __all__ = [
     "fedstrag",
     "fedstrag_history",
     "LocalSteps",
-    "local_sgd_work",
-    "local_adamw_work",
+    "local_sgd_job",
+    "local_adamw_job",
     "dylu_local_steps",
     "clip_by_global_norm",
     "clipped_asgd",
@@ -59,10 +68,10 @@ __all__ = [
     "inverse_tau_asgd",
     "inverse_tau_step",
     "malenia_sgd",
-    "point_and_gradient_work",
+    "point_and_gradient_job",
     "rennala_sgd",
     "ringleader_asgd",
-    "gradient_work",
+    "gradient_job",
     "groups_by_speed",
     "gsp",
     "hierarchical_sgd",

@@ -63,3 +63,12 @@ def check_int(name: str, arg: str, value, minimum: int = 1) -> int:
     if isinstance(value, bool) or int(value) != value or value < minimum:
         raise ValueError(f"{name}: {arg} must be an integer >= {minimum}; got {value!r}")
     return int(value)
+
+
+def numbers_arg(name: str, value, argument: str):
+    """``value`` as a JAX array for an algorithm's hyperparameters, or a ValueError naming
+    ``name: argument`` when it is not numbers (its values are checked by the algorithm's validate)."""
+    import jax.numpy as jnp
+
+    as_numbers(name, value, argument)
+    return jnp.asarray(value)

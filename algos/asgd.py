@@ -14,9 +14,11 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+import optax.tree_utils as otu
 
 from algos import _checks
-from algos.base import Algorithm, Event, HParams, Params, gradient_work, state_params
+from algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm, state_params
 
 StepRule = Callable[[HParams, Event], jax.Array]
 
@@ -71,18 +73,12 @@ def asgd_with_step_rule(
       step_rule: ``(hparams, event) -> γ``. It should be a module-level function (not a fresh
         lambda per call) so that repeated constructions share one compiled program.
       hparams: default hyperparameters.
-      validate: ``(hparams, num_workers) -> None``, raising ValueError for bad values.
+      validate: ``(hparams, num_workers) -> None``, raising ValueError for bad values (called
+        here with ``num_workers=None``, and by the engine with the problem's n).
       gradient_map: ``(hparams, grad) -> grad`` applied to each arriving gradient first.
     """
-    return Algorithm(
-        name=name,
-        hparams=dict(hparams),
-        init=_init,
-        work=gradient_work,
-        apply=_ApplyWithRule(step_rule, gradient_map),
-        params=state_params,
-        validate=validate,
-    )
+    return algorithm(name, hparams, Worker(), Server(_init, state_params, apply=_ApplyWithRule(step_rule, gradient_map)),
+                     validate=validate)
 
 
 # --- vanilla ---------------------------------------------------------------------------------
@@ -106,7 +102,6 @@ def asgd(*, stepsize: float) -> Algorithm:
     Args:
       stepsize: γ ≥ 0, applied to every arriving gradient.
     """
-    _checks.check_stepsize("asgd", stepsize)
     return asgd_with_step_rule("asgd", constant_step, {"stepsize": stepsize}, _validate_vanilla)
 
 
@@ -142,12 +137,10 @@ def rescaled_asgd(*, stepsize: float, taus) -> Algorithm:
       stepsize: γ ≥ 0, the mean step per update.
       taus: the τ_i used by the rule, one per worker (with random durations, their means).
     """
-    _checks.check_stepsize("rescaled_asgd", stepsize)
-    _checks.check_taus("rescaled_asgd", taus)
     return asgd_with_step_rule(
         "rescaled_asgd",
         rescaled_step,
-        {"stepsize": stepsize, "taus": jnp.asarray(taus)},
+        {"stepsize": stepsize, "taus": _checks.numbers_arg("rescaled_asgd", taus, "taus")},
         _validate_rescaled,
     )
 
@@ -162,9 +155,12 @@ def delay_adaptive_step(hparams: HParams, event: Event) -> jax.Array:
     return gamma * n / jnp.maximum(n, event.staleness.astype(gamma.dtype))
 
 
-def _validate_delay_adaptive(hparams: HParams, num_workers: int) -> None:
+def _validate_delay_adaptive(hparams: HParams, num_workers: int | None) -> None:
     _checks.check_stepsize("delay_adaptive_asgd", hparams["stepsize"])
-    if int(hparams["num_workers"]) != num_workers:
+    k = np.asarray(hparams["num_workers"])
+    if k.ndim or k.dtype == bool or not np.issubdtype(k.dtype, np.integer) or k < 1:
+        raise ValueError(f"delay_adaptive_asgd: num_workers must be a positive integer; got {hparams['num_workers']!r}")
+    if num_workers is not None and int(hparams["num_workers"]) != num_workers:
         raise ValueError(
             f"delay_adaptive_asgd: num_workers={int(hparams['num_workers'])} but the problem has "
             f"{num_workers} workers; they must match"
@@ -183,7 +179,7 @@ def delay_adaptive_asgd(*, stepsize: float, num_workers: int) -> Algorithm:
       stepsize: γ ≥ 0.
       num_workers: n, the delay threshold.
     """
-    _checks.check_stepsize("delay_adaptive_asgd", stepsize)
+    # refused here: int() below would truncate a fractional count before validate sees it
     if isinstance(num_workers, bool) or int(num_workers) != num_workers or num_workers < 1:
         raise ValueError(f"delay_adaptive_asgd: num_workers must be a positive integer; got {num_workers!r}")
     return asgd_with_step_rule("delay_adaptive_asgd", delay_adaptive_step,
@@ -207,7 +203,6 @@ def staleness_aware_asgd(*, stepsize: float) -> Algorithm:
 
     Predicted implicit weight ≈ 1/τ_i² (docs/theory.md §6).
     """
-    _checks.check_stepsize("staleness_aware_asgd", stepsize)
     return asgd_with_step_rule("staleness_aware_asgd", staleness_aware_step, {"stepsize": stepsize},
                                _validate_staleness_aware)
 
@@ -230,9 +225,8 @@ def inverse_tau_asgd(*, stepsize: float, taus) -> Algorithm:
     Kept to settle the discrepancy numerically: its implicit weights are ∝ 1/τ_i², i.e. it is
     *more* biased than vanilla ASGD. Normalised like Rescaled ASGD, γ_i = γ τ_H/τ_i.
     """
-    _checks.check_stepsize("inverse_tau_asgd", stepsize)
-    _checks.check_taus("inverse_tau_asgd", taus)
-    return asgd_with_step_rule("inverse_tau_asgd", inverse_tau_step, {"stepsize": stepsize, "taus": jnp.asarray(taus)},
+    return asgd_with_step_rule("inverse_tau_asgd", inverse_tau_step,
+                               {"stepsize": stepsize, "taus": _checks.numbers_arg("inverse_tau_asgd", taus, "taus")},
                                _validate_inverse_tau)
 
 
@@ -241,8 +235,7 @@ def inverse_tau_asgd(*, stepsize: float, taus) -> Algorithm:
 
 def clip_by_global_norm(hparams: HParams, grad: Params) -> Params:
     """clip_c(g) = min(1, c/‖g‖) · g, ‖·‖ the Euclidean norm over all leaves."""
-    leaves = jax.tree.leaves(grad)
-    norm = jnp.sqrt(sum(jnp.sum(g * g) for g in leaves))
+    norm = otu.tree_norm(grad)
     c = jnp.asarray(hparams["threshold"])
     scale = jnp.where(norm > c, c / jnp.where(norm > 0, norm, 1), 1.0)
     return jax.tree.map(lambda g: g * scale.astype(g.dtype), grad)
@@ -263,7 +256,5 @@ def clipped_asgd(*, stepsize: float, threshold: float) -> Algorithm:
       stepsize: γ ≥ 0.
       threshold: c > 0; gradients longer than c are scaled to length c.
     """
-    alg = asgd_with_step_rule("clipped_asgd", constant_step, {"stepsize": stepsize, "threshold": threshold},
-                              _validate_clipped, gradient_map=clip_by_global_norm)
-    _validate_clipped(alg.hparams, 0)
-    return alg
+    return asgd_with_step_rule("clipped_asgd", constant_step, {"stepsize": stepsize, "threshold": threshold},
+                               _validate_clipped, gradient_map=clip_by_global_norm)

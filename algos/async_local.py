@@ -23,8 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from algos import _checks
-from algos.base import Algorithm, Event, HParams, Params, state_params
-from algos.local_steps import INNER, check_outer_and_inner, inner_hparams
+from algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm, state_params
+from algos.local_steps import INNER, check_outer_and_inner, inner_hparams, start_minus_message
 
 
 def dylu_local_steps(local_steps: int, taus) -> np.ndarray:
@@ -73,13 +73,13 @@ def _validate_dn(hparams, n):
     _checks.check_int_hparam("async_local_sgd", hparams, "delay")
     _checks.check_int_hparam("async_local_sgd", hparams, "local_steps")
     H = np.asarray(hparams["local_steps"])
-    if H.ndim == 1 and n and H.shape[0] != n:
+    if H.ndim == 1 and n is not None and H.shape[0] != n:
         raise ValueError(f"async_local_sgd: DyLU gives local steps for {H.shape[0]} workers but the problem "
                          f"has {n}; give one τ per worker")
 
 
-local_sgd_work = INNER["sgd"]  # H (or H_i) SGD steps from the handed point; sends Δ
-local_adamw_work = INNER["adamw"]  # H (or H_i) AdamW steps from fresh moments; sends Δ
+local_sgd_job = INNER["sgd"]  # H (or H_i) SGD steps from the handed point; sends Δ
+local_adamw_job = INNER["adamw"]  # H (or H_i) AdamW steps from fresh moments; sends Δ
 
 
 def async_local_sgd(*, stepsize: float, local_stepsize: float, local_steps: int = 1, momentum: float = 0.9,
@@ -103,6 +103,5 @@ def async_local_sgd(*, stepsize: float, local_stepsize: float, local_steps: int 
     hp = {"stepsize": stepsize, "local_stepsize": local_stepsize,
           "local_steps": H if dylu_taus is None else dylu_local_steps(H, dylu_taus),
           "momentum": momentum, "delay": _checks.check_int("async_local_sgd", "delay", delay), **extra}
-    _validate_dn(hp, 0)
-    return Algorithm("async_local_sgd", hp, _dn_init, INNER[inner], _dn_apply, state_params,
-                     validate=_validate_dn)
+    return algorithm("async_local_sgd", hp, Worker(INNER[inner], after_job=start_minus_message),
+                     Server(_dn_init, state_params, apply=_dn_apply), validate=_validate_dn)

@@ -23,9 +23,10 @@ from typing import Any, Callable, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax.tree_utils as otu
 
 from algos import adahessian as ah
-from algos.base import Algorithm, Event, HParams, Params
+from algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm
 from algos.local_steps import SGD, LocalSteps, OptaxRecipe
 
 SEMANTICS = ("suppressed", "stale")
@@ -271,7 +272,7 @@ class WorkerState(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class _WorkerStart:
-    """``point_init``: a worker before its first exchange: the model, a fresh optimiser state, no u
+    """``Worker.start``: a worker before its first exchange: the model, a fresh optimiser state, no u
     recorded."""
 
     recipe: Any
@@ -296,8 +297,21 @@ def master_params(state: EAState) -> Params:
     return state.master
 
 
-def _tree_dist(a, b) -> jax.Array:
-    return jnp.sqrt(sum(jnp.sum((x - y) ** 2) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))))
+def worker_params(point: WorkerState) -> Params:
+    """``Worker.params``: the model a worker holds is its state's ``params``."""
+    return point.params
+
+
+def _end_params(point: WorkerState, message: WorkerState) -> Params:
+    """``Worker.after_job`` when the job returns the worker's state at its end."""
+    del point
+    return message.params
+
+
+def _stale_end_params(point: WorkerState, message: tuple) -> Params:
+    """``Worker.after_job`` under "stale" failures, where the job returns (start, end) states."""
+    del point
+    return message[1].params
 
 
 def _float_dtype(params):
@@ -349,10 +363,6 @@ class _Init:
                        jnp.zeros((self.trace,), bool), jnp.zeros((self.trace,), jnp.int32))
 
 
-def _where(pred, a, b):
-    return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
-
-
 @dataclasses.dataclass(frozen=True)
 class _Apply:
     """One exchange attempt: u recorded, (h1, h2) from the rule, the elastic moves (:func:`elastic_averaging`)."""
@@ -365,14 +375,14 @@ class _Apply:
         ok = event.delivered
         if self.failure == "stale":
             start, end = message
-            ws = _where(ok, end, start)  # a crashed worker made no progress
+            ws = otu.tree_where(ok, end, start)  # a crashed worker made no progress
             attempt = ok  # and attempted nothing
         else:
             ws = message
             attempt = jnp.asarray(True)
         x, master = ws.params, s.master
-        estimate = _where(ok, master, ws.master_copy)
-        u_now = jnp.log(jnp.maximum(_tree_dist(x, estimate), jnp.finfo(ws.u.dtype).tiny)).astype(ws.u.dtype)
+        estimate = otu.tree_where(ok, master, ws.master_copy)
+        u_now = jnp.log(jnp.maximum(otu.tree_norm(otu.tree_sub(x, estimate)), jnp.finfo(ws.u.dtype).tiny)).astype(ws.u.dtype)
         u = jnp.where(attempt, jnp.concatenate([ws.u[1:], u_now[None]]), ws.u)
         seen = ws.seen + attempt.astype(jnp.int32)
         a = trend(u, seen)
@@ -384,7 +394,7 @@ class _Apply:
         # the next job's first gradient at x, the point before this exchange (Algorithm 1; a
         # crashed worker keeps its whole start state, so it repeats the lost job); the worker's
         # estimate of the master: the master it read, if the exchange happened
-        grad_point = _where(attempt, x, ws.grad_point)
+        grad_point = otu.tree_where(attempt, x, ws.grad_point)
         nxt = WorkerState(new_x, ws.opt_state, grad_point, estimate, u, seen, ~ok)
         state = EAState(new_master, s.attempts + attempt.astype(jnp.int32), *s[2:])
         trace = self.trace
@@ -496,10 +506,11 @@ def elastic_averaging(local: Local, *, alpha: float = 0.1, period: int = 1, exch
                              f"{sorted(rule_hp) or 'no hyperparameter'}")
         rule_hp["a0"] = a0
     hp = {"alpha": alpha, "period": period, **local.hparams, **rule_hp}
-    validate = _Validate(name, tuple(sorted(local.hparams)), exchange.validate)
-    validate(hp, 0)
-    return Algorithm(name, hp, _Init(int(trace)), _Work(local.recipe, failure), _Apply(exchange.weights, failure, int(trace)),
-                     master_params, validate=validate, point_init=_WorkerStart(local.recipe, exchange.history))
+    worker = Worker(_Work(local.recipe, failure), _WorkerStart(local.recipe, exchange.history), worker_params,
+                    _stale_end_params if failure == "stale" else _end_params)
+    return algorithm(name, hp, worker, Server(_Init(int(trace)), master_params,
+                                              apply=_Apply(exchange.weights, failure, int(trace))),
+                     validate=_Validate(name, tuple(sorted(local.hparams)), exchange.validate))
 
 
 def detection_auc(state: EAState) -> dict:
@@ -641,8 +652,7 @@ def sync_easgd(*, learning_rate: float = 0.01, alpha: float = 0.1, period: int =
     ``local`` replaces the default SGD(``learning_rate``) local optimiser."""
     local = local or sgd(learning_rate)
     hp = {"alpha": alpha, "period": period, **local.hparams}
-    validate = _Validate("sync_easgd", tuple(sorted(local.hparams)), synchronous=True)
-    validate(hp, 0)
-    return Algorithm("sync EASGD", hp, _sync_init, _SyncWork(local.recipe), None, _identity_params,
-                     apply_round=_sync_apply_round, validate=validate,
-                     point_init=_WorkerStart(local.recipe, 1))  # u is not used by the synchronous rule
+    # u is not used by the synchronous rule: a history of 1
+    worker = Worker(_SyncWork(local.recipe), _WorkerStart(local.recipe, 1), worker_params, _end_params)
+    return algorithm("sync EASGD", hp, worker, Server(_sync_init, _identity_params, apply_round=_sync_apply_round),
+                     validate=_Validate("sync_easgd", tuple(sorted(local.hparams)), synchronous=True))

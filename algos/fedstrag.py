@@ -23,8 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from algos import _checks
-from algos.base import Algorithm, Event, HParams, Params
-from algos.local_steps import SGD, LocalSteps
+from algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm
+from algos.local_steps import SGD, LocalSteps, message_is_model
 
 WEIGHTINGS = ("fedstrag", "equal")
 
@@ -118,6 +118,7 @@ _WORK = LocalSteps(SGD(), output="end")  # H SGD steps from the broadcast model;
 
 def _validate(hparams: HParams, num_workers: int) -> None:
     _checks.check_stepsize("fedstrag", hparams["local_stepsize"], argument="local_stepsize")
+    _checks.check_int_hparam("fedstrag", hparams, "local_steps")
 
 
 def fedstrag(*, local_stepsize: float, history: int, local_steps: int = 1, weighting: str = "fedstrag") -> Algorithm:
@@ -144,6 +145,6 @@ def fedstrag(*, local_stepsize: float, history: int, local_steps: int = 1, weigh
         raise ValueError(f"fedstrag: weighting must be one of {list(WEIGHTINGS)}; got {weighting!r}")
     size = _checks.check_int("fedstrag", "history", history)
     hp = {"local_stepsize": local_stepsize, "local_steps": _checks.check_int("fedstrag", "local_steps", local_steps)}
-    _validate(hp, 0)
-    return Algorithm(f"fedstrag_{weighting}", hp, _Init(size), _WORK, _Apply(weighting, size), _Model(size),
+    return algorithm(f"fedstrag_{weighting}", hp, Worker(_WORK, after_job=message_is_model),
+                     Server(_Init(size), _Model(size), apply=_Apply(weighting, size)),
                      validate=_validate, check_schedule=_CheckSchedule(size))

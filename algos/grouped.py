@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from algos import _checks
-from algos.base import Algorithm, Event, HParams, Params, gradient_work
+from algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm
 from theory import linalg
 
 
@@ -149,9 +149,8 @@ def gsp(*, stepsize: float, groups, forward_every: int = 4, topology: str = "pee
     if group.min() < 0 or set(np.unique(group).tolist()) != set(range(G)):
         raise ValueError(f"gsp: groups must use the indices 0..G−1, each at least once; got {sorted(set(group.tolist()))}")
     P = _checks.check_int("gsp", "forward_every", forward_every)
-    _checks.check_stepsize("gsp", stepsize)
     groups_t = tuple(int(g) for g in group)
     params = _global_model if topology == "global_ps" else _mean_of_groups
-    return Algorithm(f"gsp_{topology}" if topology != "peer" else "gsp", {"stepsize": stepsize},
-                     _Init(G, topology), gradient_work, _Apply(groups_t, P, topology), params,
+    return algorithm(f"gsp_{topology}" if topology != "peer" else "gsp", {"stepsize": stepsize}, Worker(),
+                     Server(_Init(G, topology), params, apply=_Apply(groups_t, P, topology)),
                      validate=_Validate(len(groups_t)))

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import optax.tree_utils as otu
 
 from algos import _checks
 from algos.base import HParams, Oracle, Params
@@ -136,7 +137,7 @@ class Job(NamedTuple):
 @dataclasses.dataclass(frozen=True)
 class LocalSteps:
     """The job: ``hparams[steps]`` steps of ``optimizer`` from the handed point, step k on the
-    minibatch of ``fold_in(key, k)``. As a ``work`` function it returns the pseudo-gradient
+    minibatch of ``fold_in(key, k)``. As a job (``Worker.job``) it returns the pseudo-gradient
     Δ = start − end (``output="delta"``) or the end point (``"end"``); with a recipe whose steps
     report ``aux`` (PALSGD), ``(that, aux)``.
 
@@ -172,7 +173,7 @@ class LocalSteps:
 
         def body(k, carry):
             x, s, total = carry
-            kw = {} if first_at is None else {"at": jax.tree.map(lambda a, b: jnp.where(k == 0, a, b), first_at, x)}
+            kw = {} if first_at is None else {"at": otu.tree_where(k == 0, first_at, x)}
             x, s, aux = opt.step(hparams, x, s, oracle, jax.random.fold_in(key, k), k, start, **kw)
             return x, s, jax.tree.map(jnp.add, total, aux)
 
@@ -184,6 +185,17 @@ class LocalSteps:
         job = self.run(hparams, point, oracle, key)
         out = job.end if self.output == "end" else jax.tree.map(jnp.subtract, point, job.end)
         return out if job.aux is None else (out, job.aux)
+
+
+def start_minus_message(point: Params, delta: Params) -> Params:
+    """``Worker.after_job`` of a job that sends Δ = start − end: the end, start − Δ."""
+    return jax.tree.map(jnp.subtract, point, delta)
+
+
+def message_is_model(point: Params, end: Params) -> Params:
+    """``Worker.after_job`` of a job that sends the model it ends at."""
+    del point
+    return end
 
 
 # --- the inner optimisers of the local-update methods, by name --------------------------------

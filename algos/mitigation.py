@@ -26,8 +26,8 @@ import numpy as np
 
 from algos import _checks
 from algos.asgd import asgd_with_step_rule
-from algos.base import Algorithm, Event, HParams, Params, own_model, state_params
-from algos.local_steps import LocalSteps, ProximalSGD
+from algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm, state_params
+from algos.local_steps import LocalSteps, ProximalSGD, message_is_model
 from theory import hierarchy, linalg
 
 
@@ -101,6 +101,7 @@ def _validate(hparams: HParams, num_workers: int) -> None:
         raise ValueError(f"fedasync: mixing α must be in (0, 1]; got {hparams['mixing']!r}")
     _checks.check_stepsize("fedasync", hparams["local_stepsize"], argument="local_stepsize")
     _checks.check_stepsize("fedasync", hparams["prox"], argument="prox")
+    _checks.check_int_hparam("fedasync", hparams, "local_steps")
     _check_staleness_params("fedasync", hparams)
 
 
@@ -118,9 +119,8 @@ def fedasync(*, mixing: float, local_stepsize: float, local_steps: int = 1, prox
         raise ValueError(f"fedasync: staleness must be one of {sorted(STALENESS)}; got {staleness!r}")
     hp = {"mixing": mixing, "local_stepsize": local_stepsize,
           "local_steps": _checks.check_int("fedasync", "local_steps", local_steps), "prox": prox, "a": a, "b": b}
-    _validate(hp, 0)
-    return Algorithm(f"fedasync_{staleness}", hp, _init, _FEDASYNC_WORK, _APPLY[staleness], state_params,
-                     validate=_validate)
+    return algorithm(f"fedasync_{staleness}", hp, Worker(_FEDASYNC_WORK, after_job=message_is_model),
+                     Server(_init, state_params, apply=_APPLY[staleness]), validate=_validate)
 
 
 # --- hierarchical SGD -------------------------------------------------------------------------
@@ -214,7 +214,6 @@ def hierarchical_sgd(*, stepsize: float, levels: dict, warmup: int = 0) -> Algor
 
     A lost step (a failure) leaves that worker's parameters as they were.
     """
-    _checks.check_stepsize("hierarchical_sgd", stepsize)
     try:
         n_top = max(int(v) for v in dict(levels).values())
     except (TypeError, ValueError):
@@ -224,9 +223,9 @@ def hierarchical_sgd(*, stepsize: float, levels: dict, warmup: int = 0) -> Algor
         warmup = hierarchy.check_warmup(warmup)
     except ValueError as err:
         raise ValueError(f"hierarchical_sgd: {err}") from None
-    return Algorithm("hierarchical_sgd", {"stepsize": stepsize}, _stack_workers, _sgd_step_work, None,
-                     _mean_of_workers, apply_round=_HierarchicalApply(lv, warmup),
-                     validate=_HierarchicalValidate(lv), point_init=own_model)
+    return algorithm("hierarchical_sgd", {"stepsize": stepsize}, Worker(_sgd_step_work, after_job=message_is_model),
+                     Server(_stack_workers, _mean_of_workers, apply_round=_HierarchicalApply(lv, warmup)),
+                     validate=_HierarchicalValidate(lv))
 
 
 # --- ASGD with a staleness weighting ----------------------------------------------------------
@@ -256,6 +255,5 @@ def staleness_weighted_asgd(*, stepsize: float, staleness: str = "polynomial", a
     Staleness-aware ASGD's γ/max(1, δ) is ``algos.staleness_aware_asgd``."""
     if staleness not in STALENESS:
         raise ValueError(f"staleness_weighted_asgd: staleness must be one of {sorted(STALENESS)}; got {staleness!r}")
-    hp = {"stepsize": stepsize, "a": a, "b": b}
-    _validate_weighted(hp, 0)
-    return asgd_with_step_rule(f"staleness_weighted_asgd_{staleness}", _STEP_RULES[staleness], hp, _validate_weighted)
+    return asgd_with_step_rule(f"staleness_weighted_asgd_{staleness}", _STEP_RULES[staleness],
+                               {"stepsize": stepsize, "a": a, "b": b}, _validate_weighted)

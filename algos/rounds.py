@@ -2,7 +2,7 @@
 (docs/theory.md §7.4–§7.6; Tyurin & Richtárik 2023; Maranjyan et al., ICLR 2026).
 
 Their jobs return the point they were computed at along with the gradient
-(:func:`point_and_gradient_work`), so that the server can send a worker back to the *same*
+(:func:`point_and_gradient_job`), so that the server can send a worker back to the *same*
 point, and can tell a gradient of the current round from a stale one.
 
 Deviation from the papers, by the event model: a job in flight is never cancelled (timing is
@@ -17,20 +17,20 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax.tree_utils as otu
 
 from algos import _checks, _rows
-from algos.base import Algorithm, Event, HParams, Params, state_params
+from algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm, state_params
 
 
-def point_and_gradient_work(hparams: HParams, point: Params, oracle, key) -> tuple:
+def point_and_gradient_job(hparams: HParams, point: Params, oracle, key) -> tuple:
     """One stochastic gradient, returned with the point it was computed at."""
     del hparams
     _, grad = oracle(point, key)
     return grad, point
 
 
-def _where(pred, a, b):
-    return jax.tree.map(lambda u, v: jnp.where(pred, u, v), a, b)
+_WORKER = Worker(point_and_gradient_job)  # a gradient job: the worker's model is what it was handed
 
 
 # --- Rennala SGD -------------------------------------------------------------------------------
@@ -58,9 +58,9 @@ def _rennala_apply(hparams: HParams, state: RennalaState, message, event: Event)
     full = count >= jnp.asarray(hparams["batch"])
     gamma = jnp.asarray(hparams["stepsize"])
     scale = gamma / jnp.maximum(count, 1).astype(gamma.dtype)
-    params = _where(full, jax.tree.map(lambda x, t: x - scale.astype(x.dtype) * t, state.params, total), state.params)
+    params = otu.tree_where(full, jax.tree.map(lambda x, t: x - scale.astype(x.dtype) * t, state.params, total), state.params)
     rnd = state.round + full.astype(jnp.int32)
-    state = RennalaState(params, _where(full, jax.tree.map(jnp.zeros_like, total), total), jnp.where(full, 0, count),
+    state = RennalaState(params, otu.tree_where(full, jax.tree.map(jnp.zeros_like, total), total), jnp.where(full, 0, count),
                          rnd, state.job_round.at[i].set(rnd))
     # Step mass of this gradient: γ/S once its round's update happens (counted at the arrival).
     stats = {"stepsize": jnp.where(fresh, gamma / jnp.asarray(hparams["batch"]).astype(gamma.dtype), 0.0),
@@ -84,10 +84,8 @@ def rennala_sgd(*, stepsize: float, batch: int) -> Algorithm:
     Args:
       stepsize: γ ≥ 0. batch: S ≥ 1.
     """
-    _checks.check_stepsize("rennala_sgd", stepsize)
-    return Algorithm("rennala_sgd", {"stepsize": stepsize, "batch": _checks.check_int("rennala_sgd", "batch", batch)},
-                     _rennala_init, point_and_gradient_work, _rennala_apply, state_params,
-                     validate=_validate_rennala)
+    return algorithm("rennala_sgd", {"stepsize": stepsize, "batch": _checks.check_int("rennala_sgd", "batch", batch)},
+                     _WORKER, Server(_rennala_init, state_params, apply=_rennala_apply), validate=_validate_rennala)
 
 
 # --- Malenia SGD -------------------------------------------------------------------------------
@@ -122,7 +120,7 @@ def _malenia_apply(hparams: HParams, state: MaleniaState, message, event: Event)
     harmonic = n / jnp.sum(1.0 / jnp.maximum(eff, 1).astype(gamma.dtype))
     ready = jnp.all(eff >= 1) & (harmonic * n >= jnp.asarray(hparams["batch"]).astype(gamma.dtype))
     average = _rows.read_labelled(sums, stamp, (n,), state.round)
-    params = _where(ready, jax.tree.map(lambda x, a: x - gamma.astype(x.dtype) * a / n, state.params, average),
+    params = otu.tree_where(ready, jax.tree.map(lambda x, a: x - gamma.astype(x.dtype) * a / n, state.params, average),
                     state.params)
     rnd = state.round + ready.astype(jnp.int32)  # a new round: every row's stamp is now stale
     state = MaleniaState(params, sums, counts, stamp, rnd, state.job_round.at[i].set(rnd))
@@ -143,10 +141,8 @@ def malenia_sgd(*, stepsize: float, batch: int) -> Algorithm:
     Args:
       stepsize: γ ≥ 0. batch: S ≥ 1 (S ≤ n means: one gradient from every worker).
     """
-    _checks.check_stepsize("malenia_sgd", stepsize)
-    return Algorithm("malenia_sgd", {"stepsize": stepsize, "batch": _checks.check_int("malenia_sgd", "batch", batch)},
-                     _malenia_init, point_and_gradient_work, _malenia_apply, state_params,
-                     validate=_validate_malenia)
+    return algorithm("malenia_sgd", {"stepsize": stepsize, "batch": _checks.check_int("malenia_sgd", "batch", batch)},
+                     _WORKER, Server(_malenia_init, state_params, apply=_malenia_apply), validate=_validate_malenia)
 
 
 # --- Ringleader ASGD ---------------------------------------------------------------------------
@@ -191,7 +187,7 @@ def _ringleader_apply(hparams: HParams, s: RingleaderState, message, event: Even
     do_update = ok & updating & ~in_u
     gamma = jnp.asarray(hparams["stepsize"])
     average = _rows.read_labelled(tables, labels, (cur, n), R)
-    params = _where(do_update, jax.tree.map(lambda x, a: x - gamma.astype(x.dtype) * a / n, s.params, average),
+    params = otu.tree_where(do_update, jax.tree.map(lambda x, a: x - gamma.astype(x.dtype) * a / n, s.params, average),
                     s.params)
     updated = s.updated.at[i].set(in_u | do_update)
     done = do_update & jnp.all(updated)  # after n updates the next table becomes current
@@ -200,7 +196,7 @@ def _ringleader_apply(hparams: HParams, s: RingleaderState, message, event: Even
                             R + done.astype(jnp.int32))
     # The worker moves to the new model only at its own update; otherwise (a lost result too)
     # it computes again at the same point, which keeps its table entries consistent.
-    nxt = _where(do_update, params, point)
+    nxt = otu.tree_where(do_update, params, point)
     stats = {"stepsize": jnp.where(do_update, gamma, 0.0), "table_size": jnp.where(ok, current_counts[i], 0)}
     return state, nxt, stats
 
@@ -222,6 +218,5 @@ def ringleader_asgd(*, stepsize: float) -> Algorithm:
     Args:
       stepsize: γ ≥ 0.
     """
-    _checks.check_stepsize("ringleader_asgd", stepsize)
-    return Algorithm("ringleader_asgd", {"stepsize": stepsize}, _ringleader_init, point_and_gradient_work,
-                     _ringleader_apply, state_params, validate=_validate_ringleader)
+    return algorithm("ringleader_asgd", {"stepsize": stepsize}, _WORKER,
+                     Server(_ringleader_init, state_params, apply=_ringleader_apply), validate=_validate_ringleader)

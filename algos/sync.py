@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from algos import _checks
 from algos.asgd import ASGDState, _init
-from algos.base import Algorithm, Event, HParams, Params, gradient_work, state_params
+from algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm, state_params
 
 
 def _apply_round(hparams: HParams, state: ASGDState, grads: Params, events: Event, mask):
@@ -41,14 +41,5 @@ def minibatch_sgd(*, stepsize: float) -> Algorithm:
     Args:
       stepsize: γ ≥ 0, applied to the mean of the round's delivered gradients.
     """
-    _checks.check_stepsize("minibatch_sgd", stepsize)
-    return Algorithm(
-        name="minibatch_sgd",
-        hparams={"stepsize": stepsize},
-        init=_init,
-        work=gradient_work,
-        apply=None,
-        params=state_params,
-        apply_round=_apply_round,
-        validate=_validate,
-    )
+    return algorithm("minibatch_sgd", {"stepsize": stepsize}, Worker(),
+                     Server(_init, state_params, apply_round=_apply_round), validate=_validate)

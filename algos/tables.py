@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from algos import _checks, _rows
-from algos.base import Algorithm, Event, HParams, Params, gradient_work, state_params
+from algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm, state_params
 
 
 class Clock(NamedTuple):
@@ -73,10 +73,10 @@ def ringmaster_asgd(*, stepsize: float, threshold: int) -> Algorithm:
       stepsize: γ ≥ 0.
       threshold: R ≥ 1, the delay (in server updates) from which gradients are discarded.
     """
-    _checks.check_stepsize("ringmaster_asgd", stepsize)
-    _checks.check_int("ringmaster_asgd", "threshold", threshold)
-    return Algorithm("ringmaster_asgd", {"stepsize": stepsize, "threshold": int(threshold)}, _ringmaster_init,
-                     gradient_work, _ringmaster_apply, state_params, validate=_validate_ringmaster)
+    return algorithm("ringmaster_asgd",
+                     {"stepsize": stepsize, "threshold": _checks.check_int("ringmaster_asgd", "threshold", threshold)},
+                     Worker(), Server(_ringmaster_init, state_params, apply=_ringmaster_apply),
+                     validate=_validate_ringmaster)
 
 
 # --- IA²SGD (gradient table) ------------------------------------------------------------------
@@ -116,9 +116,8 @@ def ia2sgd(*, stepsize: float) -> Algorithm:
 
     ``worker_stats["stepsize"]`` counts the step of each update against the arriving worker.
     """
-    _checks.check_stepsize("ia2sgd", stepsize)
-    return Algorithm("ia2sgd", {"stepsize": stepsize}, _ia2_init, gradient_work, _ia2_apply,
-                     state_params, validate=_validate_ia2)
+    return algorithm("ia2sgd", {"stepsize": stepsize}, Worker(), Server(_ia2_init, state_params, apply=_ia2_apply),
+                     validate=_validate_ia2)
 
 
 # --- FedBuff-style buffered ASGD --------------------------------------------------------------
@@ -175,6 +174,5 @@ def fedbuff_asgd(*, local_stepsize: float, server_stepsize: float = 1.0, buffer_
     """
     hp = {"local_stepsize": local_stepsize, "server_stepsize": server_stepsize,
           "buffer_size": _checks.check_int("fedbuff_asgd", "buffer_size", buffer_size), "staleness_exponent": staleness_exponent}
-    _validate_fedbuff(hp, 0)
-    return Algorithm("fedbuff_asgd", hp, _fedbuff_init, gradient_work, _fedbuff_apply, state_params,
+    return algorithm("fedbuff_asgd", hp, Worker(), Server(_fedbuff_init, state_params, apply=_fedbuff_apply),
                      validate=_validate_fedbuff)

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from algos import _checks
-from algos.base import Algorithm, Event, HParams, Params, own_model, state_params
+from algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm, state_params
 
 
 class WBSPState(NamedTuple):
@@ -42,6 +42,12 @@ def _work(hparams: HParams, point: Params, oracle, key) -> WBSPMessage:
     return WBSPMessage(jax.tree.map(jnp.add, point, delta), delta)
 
 
+def _end(point: Params, msg: WBSPMessage) -> Params:
+    """The model a worker holds after its step (before a pull replaces it)."""
+    del point
+    return msg.end
+
+
 def _init(hparams, params, n):
     return WBSPState(params, jnp.zeros((n,), bool))
 
@@ -58,7 +64,7 @@ def _apply(hparams: HParams, s: WBSPState, msg: WBSPMessage, event: Event):
     return WBSPState(x, pull), nxt, {"pulled": pulls.astype(jnp.float32), "weight": jnp.where(ok, 1.0 / n, 0.0)}
 
 
-def _validate(hparams: HParams, num_workers: int) -> None:
+def _validate(hparams: HParams, num_workers: int | None) -> None:
     _checks.check_stepsize("wbsp", hparams["stepsize"])
     slow = np.asarray(hparams["slowest"])
     if (not np.issubdtype(slow.dtype, np.integer) or np.any(slow < 0)
@@ -81,6 +87,5 @@ def wbsp(*, stepsize: float, slowest: int) -> Algorithm:
         than a fixed index as in the authors' code (worker 1): :func:`slowest_worker` takes it
         from the schedule's measured speeds.
     """
-    hp = {"stepsize": stepsize, "slowest": slowest}
-    _validate(hp, 0)
-    return Algorithm("wbsp", hp, _init, _work, _apply, state_params, validate=_validate, point_init=own_model)
+    return algorithm("wbsp", {"stepsize": stepsize, "slowest": slowest}, Worker(_work, after_job=_end),
+                     Server(_init, state_params, apply=_apply), validate=_validate)

@@ -48,12 +48,12 @@ def ours(problem, reps: int) -> dict:
     (each worker has its own parameters, so the convolutions cannot share a kernel)."""
     out = {}
     for name, alg in (("SGD", ea.easgd(learning_rate=0.01)), ("AdaHessian", ea.eahes(learning_rate=0.01))):
-        point = alg.point_init(alg.hparams, problem.x0)
+        point = alg.worker.start(alg.hparams, problem.x0)
         points = jax.tree.map(lambda x: jnp.broadcast_to(x, (WORKERS,) + x.shape), point)
         hp = {k: jnp.asarray(v) for k, v in alg.hparams.items()}
 
         def one(pt, w, k):
-            return alg.work(hp, pt, WorkerOracle(problem.fns, problem.data, w), k)
+            return alg.worker.job(hp, pt, WorkerOracle(problem.fns, problem.data, w), k)
 
         keys = jax.random.split(jax.random.key(0), WORKERS)
         ws = jnp.arange(WORKERS)

@@ -94,15 +94,22 @@ def _theory(cfg: C.RunConfig, problem, schedule, result) -> Optional[dict]:
 
 
 def execute(cfg: C.RunConfig, folder: str, *, resume: bool = False, quiet: bool = False) -> dict:
-    """Run ``cfg`` into ``folder`` (resuming from its checkpoint with ``resume``); returns the summary."""
+    """Run ``cfg`` into ``folder`` (resuming from its checkpoint with ``resume``); returns the summary.
+    The run is in float64 iff ``cfg.x64``, within this call only (the process-wide setting is left
+    as it was)."""
     import jax
 
+    with jax.enable_x64(bool(cfg.x64)):
+        return _execute(cfg, folder, resume=resume, quiet=quiet)
+
+
+def _execute(cfg: C.RunConfig, folder: str, *, resume: bool, quiet: bool) -> dict:
+    import jax
+
+    import sim
     from sim import checkpoint as ckpt
     from sim import store
     from sim.progress import ProgressBar
-
-    jax.config.update("jax_enable_x64", bool(cfg.x64))
-    import sim
 
     problem, schedule, alg, grid = prepare(cfg)  # before anything is written: a refusal leaves no folder
     os.makedirs(folder, exist_ok=True)

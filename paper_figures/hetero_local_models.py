@@ -38,12 +38,11 @@ UNIFORM_MARGIN = float(np.log(1.5))  # "layer-uniform": the first layer's ratio 
 
 
 def methods() -> dict:
-    """name -> (algorithm, how its job's end model is read (sim.telemetry.local_end))."""
+    """name -> algorithm (each says, through its worker half, which model a worker holds after its job)."""
     return {
-        "EASGD": (algos.elastic.easgd(learning_rate=0.05, alpha=0.1, period=H), "worker_state"),
-        "async local SGD (DN)": (algos.async_local_sgd(stepsize=0.5, local_stepsize=0.05, local_steps=H,
-                                                       momentum=0.5), "delta"),
-        "FedAsync": (algos.fedasync(mixing=0.5, local_stepsize=0.05, local_steps=H), "end"),
+        "EASGD": algos.elastic.easgd(learning_rate=0.05, alpha=0.1, period=H),
+        "async local SGD (DN)": algos.async_local_sgd(stepsize=0.5, local_stepsize=0.05, local_steps=H, momentum=0.5),
+        "FedAsync": algos.fedasync(mixing=0.5, local_stepsize=0.05, local_steps=H),
     }
 
 
@@ -81,9 +80,9 @@ def _representations(p: Preset):
 def one_run(p: Preset, method: str, split: str, ratio: float, seed: int) -> dict:
     probe_seed = claims.seed_sources(seed, ("telemetry",))["telemetry"]  # a stream apart from the run's own
     prob, timing_seed, key = lab.seeded_problem(p, seed, split=split)
-    alg, end = methods()[method]
+    alg = methods()[method]
     # the recomputed jobs draw their minibatches from the seed too (one compiled program per method and seed)
-    tel = T.AfterLocalSteps.of(_representations(p), alg, prob.fns, end, seed=probe_seed)
+    tel = T.AfterLocalSteps(_representations(p), seed=probe_seed)
     taus = lab.two_speed_taus(ratio)
     sched = schedules.asynchronous(lab.timing_noise(taus, timing_seed), num_events=p.events)
     res = sim.run(alg, prob, sched, key=key, telemetry=tel,

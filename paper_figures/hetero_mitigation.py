@@ -82,14 +82,14 @@ def mitigation_schemes(horizon: float) -> dict:
 SPLITS = ("iid", "dirichlet 1")
 
 
-def held_models(tel, alg, prob, name: str):
+def held_models(tel, name: str):
     """The telemetry that reads the models the workers hold: local SGD's workers hold their model
-    after their local steps (:class:`sim.telemetry.AfterLocalSteps`, one value per step size and H_i,
-    so equal ones share a compiled program); ASGD's and synchronous SGD's hold the model they were
+    after their local steps (:class:`sim.telemetry.AfterLocalSteps`, which reruns the algorithm's
+    own job with the run's step size and H_i); ASGD's and synchronous SGD's hold the model they were
     handed (``tel`` itself)."""
     if "local SGD" not in name:
         return tel
-    return T.AfterLocalSteps.of(tel, alg, prob.fns, "delta")
+    return T.AfterLocalSteps(tel)
 
 
 def compute(p: Preset, parts) -> dict:
@@ -126,7 +126,7 @@ def compute(p: Preset, parts) -> dict:
 
                 # tuning runs read the handed models (one program per scheme for all its steps); the reported
                 # runs read the models the workers hold (local SGD: after their local steps)
-                telemetry = tel if validation else held_models(tel, scheme.make(g), prob, name)
+                telemetry = tel if validation else held_models(tel, name)
                 run = lab.one_run(scheme, g, prob, sched, key, p, telemetry=telemetry, extract=extract)
                 return {**run, "throughput": steps / p.horizon}
 

@@ -22,8 +22,9 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax.tree_utils as otu
 
-from algos.base import Event
+from algos.base import Event, Worker
 
 PyTree = Any
 
@@ -34,14 +35,15 @@ class Static:
     compilation cache, so equal algorithms and problems share one program).
 
     Attributes:
-      alg_fns: the algorithm's functions (``Algorithm.functions``).
+      alg_fns: the algorithm's two halves, ``(worker, server)`` (``Algorithm.functions``).
       prob_fns: the problem's functions (``sim.problems.ProblemFns``).
       num_workers: n.
       by_round: whether the algorithm handles whole rounds (``apply_round``) on this schedule.
       record_params: also log the server model at every log point.
       batching: how a block's worker jobs run, "vmap" or "map".
       runs: how a sweep's runs are batched, "vmap" or "map".
-      telemetry: ``telemetry(data, server_params, worker_points) -> dict`` at every log point, or None.
+      telemetry: ``telemetry(data, server_params, workers) -> dict`` at every log point (``workers``
+        a :class:`Workers`), or None.
       job_keys: key job k of worker i by ``fold_in(fold_in(key, i), k)`` (``Schedule.job_key``).
     """
 
@@ -71,7 +73,7 @@ class Carry(NamedTuple):
 
 
 class WorkerOracle:
-    """Worker ``worker``'s stochastic gradient oracle, as handed to ``Algorithm.work``:
+    """Worker ``worker``'s stochastic gradient oracle, as handed to a job (``Worker.job``):
     ``oracle(params, key) -> (loss, grad)``; ``oracle.worker`` is the worker's index (traced),
     for work that depends on the worker (e.g. DyLU's per-worker number of local steps)."""
 
@@ -89,8 +91,47 @@ class WorkerOracle:
         return self._fns.loss(self._data, params, self.worker, key)
 
 
-def _tree_where(pred, new, old):
-    return jax.tree.map(lambda a, b: jnp.where(pred, a, b), new, old)
+class Workers(NamedTuple):
+    """What telemetry sees of the workers at a log point: what each holds, read through the
+    algorithm's worker half.
+
+    Attributes:
+      points: what each worker was last handed, stacked on a leading worker axis [n, ...].
+      worker: the algorithm's :class:`algos.base.Worker` half.
+      hparams: the run's hyperparameters (traced; in a sweep, this run's values).
+      fns: the problem's functions (``sim.problems.ProblemFns``).
+      data: the problem's data.
+    """
+
+    points: PyTree
+    worker: Worker
+    hparams: Any
+    fns: Any
+    data: Any
+
+    @property
+    def num_workers(self) -> int:
+        return jax.tree.leaves(self.points)[0].shape[0]
+
+    def oracle(self, i) -> "WorkerOracle":
+        """Worker ``i``'s oracle (its own shard, its own sampler), as its jobs get it."""
+        return WorkerOracle(self.fns, self.data, i)
+
+    @property
+    def models(self) -> PyTree:
+        """The model each worker holds (``Worker.params`` of its point), stacked [n, ...]."""
+        return jax.vmap(self.worker.params)(self.points)
+
+    def after_job(self, keys: jax.Array) -> PyTree:
+        """The model each worker would hold after one job from its point (``Worker.job`` with
+        this run's hyperparameters, then ``Worker.after_job``), worker i drawing from ``keys[i]``;
+        stacked [n, ...]."""
+        w = self.worker
+
+        def one(point, i, key):
+            return w.after_job(point, w.job(self.hparams, point, self.oracle(i), key))
+
+        return jax.vmap(one)(self.points, jnp.arange(self.num_workers), keys)
 
 
 def _all_finite(tree) -> jax.Array:
@@ -106,23 +147,26 @@ def _all_finite(tree) -> jax.Array:
 # This cuts JAX's tracing of programs with several CNN jobs by about a third, with results bit for
 # bit unchanged (benchmarks/RESULTS.md, "After tracing the worker's job and the metrics once").
 @functools.partial(jax.jit, static_argnums=(0, 1))
-def _job(work, fns, hparams, point, data, worker, key):
-    return work(hparams, point, WorkerOracle(fns, data, worker), key)
+def _job(job, fns, hparams, point, data, worker, key):
+    return job(hparams, point, WorkerOracle(fns, data, worker), key)
 
 
 @functools.partial(jax.jit, static_argnums=(0,))
-def _measure(static: "Static", x, points, data, targets):
+def _measure(static: "Static", x, points, data, targets, hparams=None):
+    """The metrics at a log point. ``hparams`` only where telemetry is set (it reads them through
+    :class:`Workers`); None otherwise, so that a program without telemetry does not take them."""
     fns = static.prob_fns
     loss, grad = jax.value_and_grad(fns.objective, argnums=1)(data, x)
-    out = {"loss": loss, "grad_norm": jnp.sqrt(sum(jnp.sum(g * g) for g in jax.tree.leaves(grad)))}
+    out = {"loss": loss, "grad_norm": otu.tree_norm(grad)}
     if fns.metrics is not None:
         out.update(fns.metrics(data, x))
     if static.record_params:
         out["params"] = x
     if static.telemetry is not None:
-        out.update({f"telemetry/{k}": v for k, v in static.telemetry(data, x, points).items()})
+        workers = Workers(points, static.alg_fns[0], hparams, fns, data)
+        out.update({f"telemetry/{k}": v for k, v in static.telemetry(data, x, workers).items()})
     for name, target in targets.items():
-        out[f"dist_{name}"] = jnp.sqrt(sum(jnp.sum((a - b) ** 2) for a, b in zip(jax.tree.leaves(x), jax.tree.leaves(target))))
+        out[f"dist_{name}"] = otu.tree_norm(otu.tree_sub(x, target))
     return out
 
 
@@ -151,12 +195,13 @@ def make_run(static: Static, hparams, data, x0, key, ev: dict, targets: dict) ->
 
     Divergence: the server model is checked after every event. The first event that makes it
     non-finite is recorded, the update is not applied, and the state is frozen from there on."""
-    init, work, apply, params_of, apply_round, point_init = static.alg_fns
+    worker, server = static.alg_fns
+    apply, apply_round, params_of = server.apply, server.apply_round, server.params
     fns = static.prob_fns
     n = static.num_workers
 
-    state0 = init(hparams, x0, n)
-    start_point = x0 if point_init is None else point_init(hparams, x0)
+    state0 = server.init(hparams, x0, n)
+    start_point = worker.start(hparams, x0)
     points0 = jax.tree.map(lambda x: jnp.broadcast_to(x, (n,) + x.shape), start_point)
     tail0 = jax.tree.map(jnp.zeros_like, x0)
 
@@ -175,8 +220,8 @@ def make_run(static: Static, hparams, data, x0, key, ev: dict, targets: dict) ->
         else:
             keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(e)
 
-        def one(point, worker, k):
-            return _job(work, fns, hparams, point, data, worker, k)
+        def one(point, worker_index, k):
+            return _job(worker.job, fns, hparams, point, data, worker_index, k)
 
         if static.batching == "map":
             # One job after another: no batched gathers of per-worker data (faster on CPU when
@@ -206,7 +251,7 @@ def make_run(static: Static, hparams, data, x0, key, ev: dict, targets: dict) ->
         finite = _all_finite(x)
         commit = (carry.bad < 0) & finite
         bad = jnp.where((carry.bad < 0) & ~finite, e[0], carry.bad)
-        last_good = _tree_where(commit, x, carry.last_good)
+        last_good = otu.tree_where(commit, x, carry.last_good)
         keep = commit & valid_slots
 
         def scatter(Y, p):
@@ -258,7 +303,8 @@ def make_run(static: Static, hparams, data, x0, key, ev: dict, targets: dict) ->
     block = round_block if static.by_round else async_block
 
     def measure(state, points):
-        return _measure(static, params_of(state), points, data, targets)
+        return _measure(static, params_of(state), points, data, targets,
+                        hparams if static.telemetry is not None else None)
 
     def advance(carry: Carry, plan, padded: bool):
         def chunk(carry: Carry, blocks):

@@ -25,10 +25,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from algos.base import Algorithm
+from algos.base import Algorithm, check_protocol
 from sim import core, driver, parallel
 from sim.blocks import BlockPlan, plan_blocks
-from sim.core import WorkerOracle  # noqa: F401  (part of this module's API: the oracle a job is handed)
+from sim.core import WorkerOracle, Workers  # noqa: F401  (part of this module's API: the oracle a job is handed, the workers telemetry sees)
 from sim.problems import Problem
 from sim.schedules import Schedule
 
@@ -109,9 +109,10 @@ class Options:
       record_params: also log the server model itself at every log point (``metrics["params"]``).
       batching: how a block's worker jobs run: ``"vmap"`` (batched) or ``"map"`` (``lax.map``,
         one after another; see benchmarks/RESULTS.md for when each is faster).
-      telemetry: ``telemetry(data, server_params, worker_points) -> {name: array}``, computed
-        inside the compiled run at every log point (``worker_points`` is what each worker was
-        last handed, stacked on a leading worker axis); logged as ``metrics["telemetry/<name>"]``.
+      telemetry: ``telemetry(data, server_params, workers) -> {name: array}``, computed inside the
+        compiled run at every log point; ``workers`` is a :class:`sim.core.Workers` (what each
+        worker holds, stacked on a leading worker axis, read through the algorithm's worker half:
+        ``workers.models``, ``workers.after_job(keys)``); logged as ``metrics["telemetry/<name>"]``.
         Give a hashable function (a module-level one or a frozen dataclass such as
         :class:`sim.telemetry.WorkerSpread`): it keys the compiled code.
       segment: run in segments of this many log points (chunks), one compiled call each, the
@@ -159,7 +160,7 @@ class Options:
         if self.runs not in ("vmap", "map"):
             raise ValueError(f"runs must be 'vmap' or 'map'; got {self.runs!r}")
         if self.telemetry is not None and not callable(self.telemetry):
-            raise TypeError("telemetry must be a function (data, server_params, worker_points) -> dict; "
+            raise TypeError("telemetry must be a function (data, server_params, workers) -> dict; "
                             f"got {type(self.telemetry).__name__}")
         seg = self.segment
         if seg is not None and (isinstance(seg, bool) or not isinstance(seg, (int, np.integer)) or seg < 1):
@@ -452,8 +453,7 @@ def _event_arrays(schedule: Schedule, average_from: float, dtype):
 
 
 def _validate(alg: Algorithm, problem: Problem, schedule: Schedule) -> bool:
-    if not isinstance(alg, Algorithm):
-        raise TypeError(f"algorithm must be an algos.Algorithm; got {type(alg).__name__}")
+    check_protocol(alg)
     if not isinstance(problem, Problem):
         raise TypeError(f"problem must be a sim.problems.Problem; got {type(problem).__name__}")
     if not isinstance(schedule, Schedule):
@@ -463,14 +463,9 @@ def _validate(alg: Algorithm, problem: Problem, schedule: Schedule) -> bool:
             f"the schedule has {schedule.num_workers} workers but the problem has {problem.num_workers}; "
             "they must match"
         )
-    if alg.apply is None and alg.apply_round is None:
-        raise ValueError(f"{alg.name}: the algorithm defines neither apply nor apply_round")
-    by_round = alg.apply is None
-    if not by_round and schedule.policy == "barrier" and alg.apply_round is not None:
-        by_round = True  # round-capable algorithms take whole rounds on barrier schedules
     if alg.check_schedule is not None:
         alg.check_schedule(schedule)
-    return by_round
+    return alg.server.by_round
 
 
 def _targets(problem: Problem, targets: Optional[dict], dtype) -> dict:

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from algos.base import Algorithm, Event
+from algos.base import Algorithm, Event, check_protocol
 
 # "duration" (finish − start) makes the trace readable by sim.schedules.read_trace as well, as a
 # table of job durations (for timing models fitted to a real run)
@@ -133,7 +133,7 @@ def _time_dtype():
 
 
 class _Worker:
-    def __init__(self, worker: int, work, fns, data, hparams, base_key, key_impl: str, x64: bool,
+    def __init__(self, worker: int, job, fns, data, hparams, base_key, key_impl: str, x64: bool,
                  sleep: float, stalls: dict, death: Optional[int]):
         jax.config.update("jax_enable_x64", x64)
         from sim.engine import WorkerOracle
@@ -142,11 +142,11 @@ class _Worker:
         self.hparams = hparams
         self.base = jax.random.wrap_key_data(jnp.asarray(base_key, jnp.uint32), impl=key_impl)
 
-        def job(hparams, point, worker, base, k):
+        def one_job(hparams, point, worker, base, k):
             key = jax.random.fold_in(jax.random.fold_in(base, worker), k)
-            return work(hparams, point, WorkerOracle(fns, data, worker), key), jax.random.key_data(key)
+            return job(hparams, point, WorkerOracle(fns, data, worker), key), jax.random.key_data(key)
 
-        self._job = jax.jit(job)
+        self._job = jax.jit(one_job)
 
     def _run(self, point, k: int):
         with jax.threefry_partitionable(True):  # the engine's random stream
@@ -173,12 +173,13 @@ class _Worker:
 class _Server:
     def __init__(self, alg_fns: tuple, hparams, x0, n: int, x64: bool, log_every: int):
         jax.config.update("jax_enable_x64", x64)
-        init, _, apply, params_of, _, point_init = alg_fns
+        worker, server = alg_fns
+        params_of = server.params
         self.hparams, self.n, self.log_every = hparams, n, log_every
-        self.state = init(hparams, x0, n)
+        self.state = server.init(hparams, x0, n)
         self.params_of = params_of
-        self._start = x0 if point_init is None else point_init(hparams, x0)
-        self._apply = jax.jit(apply)
+        self._start = worker.start(hparams, x0)
+        self._apply = jax.jit(server.apply)
         self.version = 0
         self.handed = np.zeros(n, np.int64)
         self.snapshots = [(0.0, jax.tree.map(np.asarray, params_of(self.state)))]
@@ -228,11 +229,11 @@ def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict
     """Run ``alg`` on ``problem`` with real concurrent workers (Ray actors, one per worker;
     ``ray.init()`` on this machine unless Ray is already initialised or an ``address`` is given):
 
-    * worker i computes job k with ``alg.work`` (the same pure function the simulator batches) at the
+    * worker i computes job k with ``alg.worker.job`` (the same pure function the simulator batches) at the
       point the server last handed it, with the key ``fold_in(fold_in(key, i), k)``, the keying the
       engine uses for schedules that carry a ``job_key``;
     * the driver passes each result to the server the moment it arrives (``ray.wait``), in arrival
-      order; the server applies ``alg.apply`` (the same function again) and hands the worker its next
+      order; the server applies ``alg.server.apply`` (the same function again) and hands the worker its next
       point, which goes straight to the worker's next job;
     * optional injected slowdowns (:class:`Slowdown`): a sleep added to every job of a worker, a
       worker that stalls once for a while, a worker whose process dies at a given job. A dead worker
@@ -254,11 +255,10 @@ def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict
     from sim import engine
     from sim.problems import Problem
 
-    if not isinstance(alg, Algorithm):
-        raise TypeError(f"alg must be an algos.Algorithm; got {type(alg).__name__}")
+    check_protocol(alg)
     if not isinstance(problem, Problem):
         raise TypeError(f"problem must be a sim.problems.Problem; got {type(problem).__name__}")
-    if alg.apply is None:
+    if alg.server.apply is None:
         raise ValueError(f"{alg.name} handles whole rounds only (no apply); the real runtime runs asynchronous algorithms")
     if isinstance(num_events, bool) or not isinstance(num_events, (int, np.integer)) or num_events < 1:
         raise ValueError(f"num_events must be a whole number >= 1; got {num_events!r}")
@@ -288,22 +288,22 @@ def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict
             warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called")
             ray.init(address=address, include_dashboard=False, log_to_driver=False,
                      **({} if address else {"num_cpus": max(2, os.cpu_count() or 2)}))
-    Worker = ray.remote(num_cpus=0)(_Worker)
-    Server = ray.remote(num_cpus=0)(_Server)
+    WorkerActor = ray.remote(num_cpus=0)(_Worker)
+    ServerActor = ray.remote(num_cpus=0)(_Server)
     stalls = {i: {} for i in range(n)}
     for w, k, s in slowdown.stalls:
         stalls[int(w)][int(k)] = float(s)
     deaths = {int(w): int(k) for w, k in slowdown.deaths}
     data_ref = ray.put(problem.data)
-    server = Server.remote(alg.functions, hp, jax.tree.map(np.asarray, problem.x0), n, x64, log_every)
-    workers = [Worker.options(max_restarts=0).remote(
-        i, alg.work, problem.fns, data_ref, hp, base, impl, x64, float(slowdown.sleep[i]) if slowdown.sleep else 0.0,
+    server = ServerActor.remote(alg.functions, hp, jax.tree.map(np.asarray, problem.x0), n, x64, log_every)
+    workers = [WorkerActor.options(max_restarts=0).remote(
+        i, alg.worker.job, problem.fns, data_ref, hp, base, impl, x64, float(slowdown.sleep[i]) if slowdown.sleep else 0.0,
         stalls[i], deaths.get(i)) for i in range(n)]
     start = ray.get(server.start_point.remote())
     # compile everywhere before the clock starts: a worker's job, and the server's apply on a
     # message of the shape a job returns
-    msg_like = jax.eval_shape(lambda: alg.work(hp, start, engine.WorkerOracle(problem.fns, problem.data, jnp.int32(0)),
-                                               key))
+    msg_like = jax.eval_shape(lambda: alg.worker.job(hp, start, engine.WorkerOracle(problem.fns, problem.data,
+                                                                                    jnp.int32(0)), key))
     ray.get([w.warm.remote(start) for w in workers]
             + [server.warm.remote(jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), msg_like))])
     t0 = time.time()

@@ -1,9 +1,12 @@
 """Telemetry for specialisation and divergence: per-layer, per-worker statistics
 (docs/theory.md §11).
 
-Everything here is a pure function of arrays, jit- and vmap-safe, and independent of the engine:
-pass it the stacked worker models (a pytree whose leaves have a leading worker axis ``n``), their
-gradients or updates, or activations on a fixed probe batch.
+Everything here is a pure function of arrays, jit- and vmap-safe: pass it the stacked worker
+models (a pytree whose leaves have a leading worker axis ``n``), their gradients or updates, or
+activations on a fixed probe batch. The classes of the last sections are what ``sim.run(...,
+telemetry=...)`` computes at its log points: ``telemetry(data, server_params, workers)``, with
+``workers`` a :class:`sim.core.Workers` (the workers' points, read through the algorithm's worker
+half: ``workers.models``, ``workers.after_job(keys)``).
 
 Per-layer statistics (:func:`layer_matrices` says what a layer is; notation of
 docs/theory.md §11: ``g_i`` worker i's gradient or update in one layer, ``ḡ`` their mean, ``y_i``
@@ -21,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from algos.base import Worker
 from theory.layers import layer_names, leaf_layers  # noqa: F401  (layer_names is part of this module's API)
 from theory.linalg import leading_mean, weighted_sum
 
@@ -223,17 +227,14 @@ class WorkerSpread:
     at every log point, ``consensus/<layer>`` = Ξ² of the workers' parameters and
     ``drift/<layer>`` = [n] each worker's distance to the server model.
 
-    ``field`` names the attribute of a worker's point that holds its parameters (elastic
-    averaging's ``WorkerState``: ``"params"``); ``None``: the point is the parameters (ASGD,
-    hierarchical SGD). For algorithms that hand workers the server model, drift is the distance
-    from the model a worker holds to the current one, i.e. how stale its copy is."""
+    The workers' models are ``workers.models`` (what each worker's point holds, read through the
+    algorithm's ``Worker.params``: elastic averaging's worker state gives its ``params``). For
+    algorithms that hand workers the server model, drift is the distance from the model a worker
+    holds to the current one, i.e. how stale its copy is."""
 
-    field: str | None = None
-
-    def __call__(self, data, server, points) -> dict:
+    def __call__(self, data, server, workers) -> dict:
         del data
-        y = points if self.field is None else getattr(points, self.field)
-        ys, xs = layer_matrices(y), layer_matrices(jax.tree.map(lambda v: v[None], server))
+        ys, xs = layer_matrices(workers.models), layer_matrices(jax.tree.map(lambda v: v[None], server))
         out = {}
         for name, m in ys.items():
             out[f"consensus/{name}"] = consensus_distance(m)
@@ -259,15 +260,13 @@ class Representations:
       ``grad_var/<layer>`` and ``grad_diversity/<layer>``, the workers' gradient variance and
       diversity.
 
-    ``field`` names the attribute of a worker's point that holds its parameters (as in
-    :class:`WorkerSpread`). The probes are constants of the compiled program: keep them small
+    The workers' models are ``workers.models`` (as in :class:`WorkerSpread`). The probes are constants of the compiled program: keep them small
     (a few hundred examples). The loss for gradients is the mean softmax cross-entropy.
     """
 
     module: object
     probe_x: object
     probe_y: object = None
-    field: str | None = None
     minibatches: int = 0
 
     def __post_init__(self):
@@ -287,9 +286,9 @@ class Representations:
 
         return jax.grad(loss)(params)
 
-    def __call__(self, data, server, points) -> dict:
+    def __call__(self, data, server, workers) -> dict:
         del data
-        y = points if self.field is None else getattr(points, self.field)
+        y = workers.models
         x = jnp.asarray(self.probe_x)
         acts_w = jax.vmap(lambda p: activations(self.module, p, x))(y)
         acts_s = activations(self.module, server, x)
@@ -313,33 +312,6 @@ class Representations:
         return out
 
 
-def _end_delta(point, msg):
-    return jax.tree.map(jnp.subtract, point, msg)
-
-
-def _end_message(point, msg):
-    return msg
-
-
-def _end_worker_state(point, msg):
-    return msg.params
-
-
-_ENDS = {"delta": _end_delta, "end": _end_message, "worker_state": _end_worker_state}
-
-
-def local_end(kind: str) -> Callable:
-    """``(point, message) -> params``: the model a worker holds at the end of its job, from the
-    point it was handed and the message its job returns. ``kind``: "delta" (the job sends the
-    pseudo-gradient Δ = start − end: local SGD, asynchronous local SGD), "end" (it sends its end
-    point: FedAsync) or "worker_state" (elastic averaging's jobs return the worker's state, whose
-    ``params`` are the model it keeps). The same function object for a kind each time, so that
-    telemetry built from it compares equal."""
-    if kind not in _ENDS:
-        raise ValueError(f"local_end: kind must be 'delta', 'end' or 'worker_state'; got {kind!r}")
-    return _ENDS[kind]
-
-
 def log_point_key(seed: int, server) -> jax.Array:
     """A key for one log point: ``key(seed)`` folded with the bits of the sum of the server model's
     first leaf, so that every log point draws afresh (telemetry is not told which log point it is
@@ -348,56 +320,33 @@ def log_point_key(seed: int, server) -> jax.Array:
     return jax.random.fold_in(jax.random.key(seed), jax.lax.bitcast_convert_type(first, jnp.uint32))
 
 
-def _frozen_hparams(hparams: dict) -> tuple:
-    """A hashable copy of an algorithm's hyperparameters: (name, dtype, shape, values) per entry."""
-    return tuple(sorted((k, np.asarray(v).dtype.str, tuple(np.shape(v)), tuple(np.ravel(np.asarray(v)).tolist()))
-                        for k, v in hparams.items()))
-
-
 @dataclasses.dataclass(frozen=True)
 class AfterLocalSteps:
-    """Telemetry of the models the workers hold *after their local steps*: at
-    every log point each worker runs its method's own job (``work``, with ``hparams``) from the
-    point it holds (``points``: what the engine handed it, or for elastic averaging its own
-    state), on its own shard through the problem's oracle, and ``inner`` (e.g.
-    :class:`Representations`) is computed on the resulting models, ``end(point, message)`` each
-    (:func:`local_end`).
+    """Telemetry of the models the workers hold *after their local steps*: at every log point each
+    worker runs its method's own job (``Worker.job``, with the run's hyperparameters) from the
+    point it holds, on its own shard through the problem's oracle, and ``inner`` (e.g.
+    :class:`Representations`) is computed on the resulting models, ``Worker.after_job(point,
+    message)`` each (:meth:`sim.core.Workers.after_job`).
 
     For methods whose workers run H local steps from a handed point (local SGD, asynchronous local
     SGD, FedAsync) the engine keeps only that point; the model at the end of the job the worker is
     running is the one this recomputes, with the method's own steps and step sizes but minibatches
     of its own (``fold_in(log_point_key(seed, server), worker)``: fresh at every log point), not the
     job's: the same distribution, other draws.
-    For elastic averaging the starting point is the worker's persistent model.
+    For elastic averaging the starting point is the worker's persistent state.
 
-    A value: two instances with equal parts (the hyperparameters compared by value) are equal and
-    hash alike, so runs that differ only in their seed share one compiled program."""
+    A value: two instances with equal parts are equal and hash alike, so runs that differ only in
+    their seed or hyperparameters share one compiled program."""
 
     inner: Callable
-    work: Callable
-    hparams: tuple  # _frozen_hparams(alg.hparams); AfterLocalSteps.of builds it
-    fns: object
-    end: Callable
     seed: int = 0
 
-    @classmethod
-    def of(cls, inner: Callable, alg, fns, kind: str, *, seed: int = 0) -> "AfterLocalSteps":
-        """For algorithm ``alg`` (its ``work`` and ``hparams``) on a problem with functions ``fns``;
-        ``kind`` as in :func:`local_end`."""
-        return cls(inner, alg.work, _frozen_hparams(alg.hparams), fns, local_end(kind), int(seed))
-
-    def __call__(self, data, server, points) -> dict:
-        from sim.core import WorkerOracle  # the engine's oracle: the worker's own shard, its own sampler
-
-        n = jax.tree.leaves(points)[0].shape[0]
-        hp = {k: jnp.asarray(np.asarray(v, dtype).reshape(shape)) for k, dtype, shape, v in self.hparams}
-        keys = jax.vmap(lambda i: jax.random.fold_in(log_point_key(self.seed, server), i))(jnp.arange(n))
-
-        def one(point, i, key):
-            return self.end(point, self.work(hp, point, WorkerOracle(self.fns, data, i), key))
-
-        models = jax.vmap(one)(points, jnp.arange(n), keys)
-        return self.inner(data, server, models)
+    def __call__(self, data, server, workers) -> dict:
+        keys = jax.vmap(lambda i: jax.random.fold_in(log_point_key(self.seed, server), i))(
+            jnp.arange(workers.num_workers))
+        models = workers.after_job(keys)
+        # the inner telemetry reads the models themselves: points that are models
+        return self.inner(data, server, workers._replace(points=models, worker=Worker()))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -406,15 +355,13 @@ class ShardLossMatrix:
     ``shard_loss`` [n, n] with entry (i, j) = shard j's full loss under worker i's model, from
     the problem's own ``local_objectives`` (pass ``problem.fns.local_objectives``). A diagonal
     below its rows' means is specialisation to one's own shard; with i.i.d. shards none is
-    expected. ``field`` as in :class:`WorkerSpread`."""
+    expected. The workers' models are ``workers.models`` (as in :class:`WorkerSpread`)."""
 
     local_objectives: Callable
-    field: str | None = None
 
-    def __call__(self, data, server, points) -> dict:
+    def __call__(self, data, server, workers) -> dict:
         del server
-        y = points if self.field is None else getattr(points, self.field)
-        L = jax.lax.map(lambda p: self.local_objectives(data, p), y)
+        L = jax.lax.map(lambda p: self.local_objectives(data, p), workers.models)
         n = L.shape[0]
         own = jnp.trace(L) / n
         other = (jnp.sum(L) - jnp.trace(L)) / max(n * (n - 1), 1)

@@ -70,7 +70,7 @@ def check_local_steps(name: str, hparams: HParams, n: int) -> None:
     H = np.asarray(hparams["local_steps"])
     if not np.issubdtype(H.dtype, np.integer) or np.any(H < 1):
         raise ValueError(f"{name}: local_steps must be integers >= 1; got {hparams['local_steps']!r}")
-    if H.ndim == 1 and n and H.shape[0] != n:
+    if H.ndim == 1 and n is not None and H.shape[0] != n:
         raise ValueError(f"{name}: local_steps gives {H.shape[0]} workers' steps but the problem has {n} workers")
 
 

@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from algos import _checks
-from algos.base import Algorithm, Event, HParams, Params, state_params
-from algos.local_steps import INNER, check_outer_and_inner, inner_hparams
+from algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm, state_params
+from algos.local_steps import INNER, check_outer_and_inner, inner_hparams, start_minus_message
 from algos.periodic.common import PeriodicState, broadcast, check_local_steps, init_state, local_steps_arg, outer_step
 from theory import linalg
 from theory.layers import leaf_layer_index
@@ -204,10 +204,9 @@ def edit(*, stepsize: float = 1.0, local_stepsize: float, local_steps=1, momentu
     hp = {"stepsize": stepsize, "local_stepsize": local_stepsize, "local_steps": local_steps_arg("edit", local_steps),
           "momentum": momentum, "temperature": temperature, "threshold": threshold, "ewma": ewma,
           "clip": math.inf if clip is None else clip, "step_weight": step_weight, **extra}
-    _validate_edit(hp, 0)
-
-    return Algorithm("edit", hp, _Init(warmup), INNER[inner], None, state_params,
-                     apply_round=_Apply(reducer, clip_scope, detector_update, warmup), validate=_validate_edit)
+    return algorithm("edit", hp, Worker(INNER[inner], after_job=start_minus_message),
+                     Server(_Init(warmup), state_params, apply_round=_Apply(reducer, clip_scope, detector_update, warmup)),
+                     validate=_validate_edit)
 
 
 def a_edit_local_steps(step_times, window: float, *, min_total_steps: int = 1) -> np.ndarray:

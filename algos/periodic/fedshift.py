@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from algos import _checks
-from algos.base import Algorithm, Event, HParams, Params, state_params
-from algos.local_steps import SGD, LocalSteps
+from algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm, state_params
+from algos.local_steps import SGD, LocalSteps, start_minus_message
 from algos.periodic.common import PeriodicState, broadcast, check_local_steps, init_state, local_steps_arg, uniform_mean
 
 
@@ -52,7 +52,7 @@ def _validate_fedshift(hparams, n):
     _checks.check_stepsize("fedshift", hparams["local_stepsize"], argument="local_stepsize")
     check_local_steps("fedshift", hparams, n)
     q = np.asarray(hparams["quantised"])
-    if q.dtype != bool or q.ndim != 1 or (n and q.shape[0] != n):
+    if q.dtype != bool or q.ndim != 1 or (n is not None and q.shape[0] != n):
         raise ValueError(f"fedshift: quantised must be one bool per worker ({n or 'n'}); got shape {q.shape}, dtype {q.dtype}")
     bits = np.asarray(hparams["bits"])
     if not np.issubdtype(bits.dtype, np.integer) or np.any(bits < 1) or np.any(bits > 16):
@@ -78,6 +78,6 @@ def fedshift(*, local_stepsize: float, local_steps=1, quantised, bits: int = 4) 
         raise ValueError(f"fedshift: quantised must be a 1-D sequence of bools, one per worker; got {quantised!r}")
     hp = {"local_stepsize": local_stepsize, "local_steps": local_steps_arg("fedshift", local_steps),
           "quantised": q, "bits": _checks.check_int("fedshift", "bits", bits)}
-    _validate_fedshift(hp, 0)
-    return Algorithm("fedshift", hp, init_state, _fedshift_work, None, state_params,
-                     apply_round=_fedshift_apply, validate=_validate_fedshift)
+    # after a job, telemetry reads the model the worker uploaded (quantised where it is listed)
+    return algorithm("fedshift", hp, Worker(_fedshift_work, after_job=start_minus_message),
+                     Server(init_state, state_params, apply_round=_fedshift_apply), validate=_validate_fedshift)

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from algos import _checks
-from algos.base import Algorithm, Event, HParams, Params, state_params
-from algos.local_steps import INNER, check_outer_and_inner, inner_hparams
+from algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm, state_params
+from algos.local_steps import INNER, check_outer_and_inner, inner_hparams, start_minus_message
 from algos.periodic.common import (PeriodicState, broadcast, check_local_steps, init_state, local_steps_arg,
                                    outer_step, uniform_mean)
 
@@ -43,9 +43,8 @@ def local_sgd(*, stepsize: float = 1.0, local_stepsize: float, local_steps=1, mo
     extra = inner_hparams("local_sgd", inner, weight_decay=weight_decay, b1=b1, b2=b2, eps=eps)
     hp = {"stepsize": stepsize, "local_stepsize": local_stepsize,
           "local_steps": local_steps_arg("local_sgd", local_steps), "momentum": momentum, **extra}
-    _validate(hp, 0)
-    return Algorithm("local_sgd", hp, init_state, INNER[inner], None, state_params,
-                     apply_round=local_apply, validate=_validate)
+    return algorithm("local_sgd", hp, Worker(INNER[inner], after_job=start_minus_message),
+                     Server(init_state, state_params, apply_round=local_apply), validate=_validate)
 
 
 def dpro_sm_like_local_steps(observed, local_steps: int, *, smoothing: float = 0.3) -> np.ndarray:

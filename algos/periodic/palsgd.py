@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from algos import _checks
-from algos.base import Algorithm, Event, HParams, state_params
+from algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm, state_params
 from algos.local_steps import LocalSteps, check_outer_and_inner
 from algos.periodic.common import PeriodicState, RoundPoint, broadcast, check_local_steps, init_state, local_steps_arg
 from algos.periodic.local_sgd import local_apply
@@ -73,8 +73,17 @@ def _apply(hparams: HParams, s: PeriodicState, messages, events: Event, mask):
     return s, nxt, {**stats, "pseudo_steps": jnp.where(mask, n_pseudo, 0).astype(jnp.float32)}
 
 
-def _point_init(hparams, params) -> RoundPoint:
+def _start(hparams, params) -> RoundPoint:
     return RoundPoint(params, jnp.zeros((), jnp.int32))
+
+
+def _point_params(point: RoundPoint) -> Params:
+    return point.params
+
+
+def _after_job(point: RoundPoint, message) -> Params:
+    """The model at the end of the job: start − Δ (the message is (Δ, pseudo-step count))."""
+    return jax.tree.map(jnp.subtract, point.params, message[0])
 
 
 def _validate(hparams, n):
@@ -84,6 +93,9 @@ def _validate(hparams, n):
     if not np.all((p >= 0) & (p < 1)):
         raise ValueError(f"palsgd: probability p must be in [0, 1); got {hparams['probability']!r}")
     _checks.check_stepsize("palsgd", hparams["pull"], argument="pull")
+    seed = np.asarray(hparams["coin_seed"])
+    if seed.dtype == bool or not np.issubdtype(seed.dtype, np.integer) or np.any(seed < 0) or np.any(seed >= 2**31):
+        raise ValueError(f"palsgd: coin_seed must be an integer in [0, 2**31); got {hparams['coin_seed']!r}")
 
 
 def palsgd(*, stepsize: float = 1.0, local_stepsize: float, local_steps=1, probability: float = 0.1,
@@ -105,8 +117,5 @@ def palsgd(*, stepsize: float = 1.0, local_stepsize: float, local_steps=1, proba
     hp = {"stepsize": stepsize, "local_stepsize": local_stepsize,
           "local_steps": local_steps_arg("palsgd", local_steps), "momentum": momentum,
           "probability": probability, "pull": pull, "coin_seed": coin_seed}
-    if isinstance(coin_seed, bool) or not isinstance(coin_seed, (int, np.integer)) or not 0 <= coin_seed < 2**31:
-        raise ValueError(f"palsgd: coin_seed must be an integer in [0, 2**31); got {coin_seed!r}")
-    _validate(hp, 0)
-    return Algorithm(f"palsgd_{coin}", hp, init_state, _Work(coin == "shared"), None, state_params,
-                     apply_round=_apply, validate=_validate, point_init=_point_init)
+    return algorithm(f"palsgd_{coin}", hp, Worker(_Work(coin == "shared"), _start, _point_params, _after_job),
+                     Server(init_state, state_params, apply_round=_apply), validate=_validate)

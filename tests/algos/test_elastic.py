@@ -196,7 +196,7 @@ def test_matches_plain_event_loop(local, rule, failure, period):
 def _message(alg, rng, failed_last=False):
     prob, _, _ = _problem()
     x0 = jnp.zeros(D)
-    ws = alg.point_init(alg.hparams, x0)
+    ws = alg.worker.start(alg.hparams, x0)
     return ws._replace(params=jnp.asarray(rng.normal(size=D)), failed_last=jnp.asarray(failed_last))
 
 
@@ -209,9 +209,9 @@ def test_exchange_conserves_the_sum_and_contracts_the_gap():
     rng = np.random.default_rng(0)
     alpha = 0.15
     alg = ea.easgd(alpha=alpha)
-    s = alg.init(alg.hparams, jnp.asarray(rng.normal(size=D)), N)
+    s = alg.server.init(alg.hparams, jnp.asarray(rng.normal(size=D)), N)
     ws = _message(alg, rng)
-    s2, nxt, stats = alg.apply(alg.hparams, s, ws, _event())
+    s2, nxt, stats = alg.server.apply(alg.hparams, s, ws, _event())
     np.testing.assert_allclose(nxt.params + s2.master, ws.params + s.master, rtol=1e-14)
     np.testing.assert_allclose(nxt.params - s2.master, (1 - 2 * alpha) * (ws.params - s.master), rtol=1e-13)
     np.testing.assert_array_equal(nxt.master_copy, s.master)  # the worker keeps the master it read
@@ -221,18 +221,18 @@ def test_exchange_conserves_the_sum_and_contracts_the_gap():
 def test_a_failed_worker_under_stale_semantics_keeps_its_state():
     rng = np.random.default_rng(1)
     alg = ea.eahes(failure="stale")
-    s = alg.init(alg.hparams, jnp.asarray(rng.normal(size=D)), N)
+    s = alg.server.init(alg.hparams, jnp.asarray(rng.normal(size=D)), N)
     start = _message(alg, rng)
     start = start._replace(opt_state=jax.tree.map(lambda a: a + 0.5 if a.dtype.kind == "f" else a + 3, start.opt_state))
     end = _message(alg, rng)  # what its job would have produced
-    s2, nxt, _ = alg.apply(alg.hparams, s, (start, end), _event(delivered=False))
+    s2, nxt, _ = alg.server.apply(alg.hparams, s, (start, end), _event(delivered=False))
     for got, want in zip(jax.tree.leaves(nxt._replace(failed_last=start.failed_last)), jax.tree.leaves(start)):
         np.testing.assert_array_equal(got, want)  # parameters and optimiser state unchanged
     assert bool(nxt.failed_last)
     np.testing.assert_array_equal(s2.master, s.master)
     # suppressed: the worker keeps its progress, the master is untouched
     alg = ea.eahes(failure="suppressed")
-    s2, nxt, _ = alg.apply(alg.hparams, s, end, _event(delivered=False))
+    s2, nxt, _ = alg.server.apply(alg.hparams, s, end, _event(delivered=False))
     np.testing.assert_array_equal(nxt.params, end.params)
     np.testing.assert_array_equal(s2.master, s.master)
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import algos
-from algos.base import Algorithm, gradient_work
+from algos.base import Algorithm, Server, Worker, algorithm
 from sim import engine, problems, schedules
 
 N, D = 6, 37  # D: a size nothing else in the program has
@@ -53,7 +53,7 @@ def _copying_control() -> Algorithm:
         x = s.params - h["stepsize"] * total / (s.table.shape[0] - 1)
         return _CopyState(x, table, total), x, {}
 
-    return Algorithm("control", {"stepsize": 0.01}, init, gradient_work, apply, lambda s: s.params)
+    return algorithm("control", {"stepsize": 0.01}, Worker(), Server(init, lambda s: s.params, apply=apply))
 
 
 CASES = [

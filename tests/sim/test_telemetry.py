@@ -289,9 +289,14 @@ def test_worker_timing_leaves_out_the_releases_of_a_staleness_bound():
 
 def test_after_local_steps_runs_each_workers_own_job_from_its_point():
     """AfterLocalSteps against a plain loop written from the job's definition: H SGD steps from the
-    worker's point on its own noisy quadratic, step k on fold_in(fold_in(key(seed), i), k)."""
+    worker's point on its own noisy quadratic, step k on fold_in(fold_in(key(seed), i), k). It reads
+    the job and the hyperparameters from the run (sim.core.Workers), so runs with other values
+    share its compiled program."""
     import algos
-    from sim import problems
+    import sim
+    from algos import elastic as ea
+    from sim import engine, problems, schedules
+    from sim.core import Workers
 
     prob = problems.random_quadratic(3, 4, seed=2, noise=0.3)
     alg = algos.async_local_sgd(stepsize=0.5, local_stepsize=0.1, local_steps=3)
@@ -299,18 +304,17 @@ def test_after_local_steps_runs_each_workers_own_job_from_its_point():
     points = jnp.asarray(rng.normal(size=(3, 4)))
     seen = {}
 
-    def inner(data, server, models):
-        seen["models"] = models
+    def inner(data, server, workers):
+        seen["models"] = workers.models
         return {}
 
-    tel = T.AfterLocalSteps.of(inner, alg, prob.fns, "delta", seed=7)
+    tel = T.AfterLocalSteps(inner, seed=7)
     # a value: built again, equal and hashed alike (runs share one compiled program)
-    assert tel == T.AfterLocalSteps.of(inner, alg, prob.fns, "delta", seed=7) and hash(tel) == hash(
-        T.AfterLocalSteps.of(inner, alg, prob.fns, "delta", seed=7))
-    assert tel != T.AfterLocalSteps.of(inner, algos.async_local_sgd(stepsize=0.5, local_stepsize=0.2, local_steps=3),
-                                       prob.fns, "delta", seed=7)
+    assert tel == T.AfterLocalSteps(inner, seed=7) and hash(tel) == hash(T.AfterLocalSteps(inner, seed=7))
+    assert tel != T.AfterLocalSteps(inner, seed=8)
     server = points[0]
-    tel(prob.data, server, points)
+    hp = {k: jnp.asarray(v) for k, v in alg.hparams.items()}
+    tel(prob.data, server, Workers(points, alg.worker, hp, prob.fns, prob.data))
     tag = np.asarray(np.float32(np.sum(np.asarray(server)))).view(np.uint32)  # the log point's draw
     for i in range(3):
         x = points[i]
@@ -319,7 +323,19 @@ def test_after_local_steps_runs_each_workers_own_job_from_its_point():
             _, g = prob.fns.value_and_grad(prob.data, x, i, jax.random.fold_in(key, k))
             x = x - 0.1 * g
         np.testing.assert_allclose(seen["models"][i], x, rtol=1e-12, atol=1e-14)
-    # "end" and "worker_state" read the message itself, or its params
-    assert T.local_end("end")(None, 3.0) == 3.0
-    with pytest.raises(ValueError, match="kind must be"):
-        T.local_end("gradient")
+    # the other readings of a job's end: the message itself (FedAsync sends its end point), the
+    # params of the worker state it returns (elastic averaging; under "stale" failures, of the end state)
+    assert algos.fedasync(mixing=0.5, local_stepsize=0.1).worker.after_job(None, 3.0) == 3.0
+    ws = ea.easgd().worker.start({"learning_rate": 0.1}, jnp.ones(2))
+    assert ea.easgd().worker.after_job(None, ws) is ws.params
+    assert ea.easgd(failure="stale").worker.after_job(None, (None, ws)) is ws.params
+
+    # in a run: new hyperparameter values reuse the program, and change what it reports
+    spread = T.AfterLocalSteps(T.WorkerSpread(), seed=7)
+    sched = schedules.fixed_computation([1.0, 2.0, 3.0], num_events=12)
+    first = sim.run(alg, prob, sched, key=jax.random.key(0), telemetry=spread, log_every=4)
+    before = engine.compilations()
+    other = sim.run(alg.with_hparams(local_stepsize=0.05), prob, sched, key=jax.random.key(0), telemetry=spread,
+                    log_every=4)
+    assert engine.compilations() == before
+    assert not np.array_equal(first.metrics["telemetry/consensus/params"], other.metrics["telemetry/consensus/params"])
