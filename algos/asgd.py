@@ -15,10 +15,10 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax.tree_utils as otu
 
 from algos import _checks
 from algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm, state_params
+from algos.corrections import clipping, server_correction
 
 StepRule = Callable[[HParams, Event], jax.Array]
 
@@ -32,21 +32,14 @@ def _init(hparams: HParams, params: Params, num_workers: int) -> ASGDState:
     return ASGDState(params=params)
 
 
-GradientMap = Callable[[HParams, Params], Params]
-
-
 @dataclasses.dataclass(frozen=True)
 class _ApplyWithRule:
-    """``apply`` of ASGD for one step rule (and an optional map applied to each arriving
-    gradient, e.g. clipping). A frozen dataclass, not a closure, so that two algorithms built
-    from the same rule compare equal and share one compilation."""
+    """``apply`` of ASGD for one step rule. A frozen dataclass, not a closure, so that two
+    algorithms built from the same rule compare equal and share one compilation."""
 
     step_rule: StepRule
-    gradient_map: GradientMap | None = None
 
     def __call__(self, hparams: HParams, state: ASGDState, grad: Params, event: Event):
-        if self.gradient_map is not None:
-            grad = self.gradient_map(hparams, grad)
         gamma = self.step_rule(hparams, event)
         # A lost result (failure) leaves the server unchanged; the worker restarts at x.
         gamma = jnp.where(event.delivered, gamma, 0.0)
@@ -63,8 +56,6 @@ def asgd_with_step_rule(
     step_rule: StepRule,
     hparams: dict,
     validate: Callable[[HParams, int], None] | None = None,
-    *,
-    gradient_map: GradientMap | None = None,
 ) -> Algorithm:
     """ASGD whose step for each arrival is ``step_rule(hparams, event)``.
 
@@ -75,9 +66,11 @@ def asgd_with_step_rule(
       hparams: default hyperparameters.
       validate: ``(hparams, num_workers) -> None``, raising ValueError for bad values (called
         here with ``num_workers=None``, and by the engine with the problem's n).
-      gradient_map: ``(hparams, grad) -> grad`` applied to each arriving gradient first.
+
+    A correction of the arriving gradient (clipping, delay compensation) wraps the result:
+    :func:`algos.server_correction`.
     """
-    return algorithm(name, hparams, Worker(), Server(_init, state_params, apply=_ApplyWithRule(step_rule, gradient_map)),
+    return algorithm(name, hparams, Worker(), Server(_init, state_params, apply=_ApplyWithRule(step_rule)),
                      validate=validate)
 
 
@@ -233,28 +226,12 @@ def inverse_tau_asgd(*, stepsize: float, taus) -> Algorithm:
 # --- clipping ----------------------------------------------------------------------------------
 
 
-def clip_by_global_norm(hparams: HParams, grad: Params) -> Params:
-    """clip_c(g) = min(1, c/‖g‖) · g, ‖·‖ the Euclidean norm over all leaves."""
-    norm = otu.tree_norm(grad)
-    c = jnp.asarray(hparams["threshold"])
-    scale = jnp.where(norm > c, c / jnp.where(norm > 0, norm, 1), 1.0)
-    return jax.tree.map(lambda g: g * scale.astype(g.dtype), grad)
-
-
-def _validate_clipped(hparams: HParams, num_workers: int) -> None:
-    del num_workers
-    _checks.check_stepsize("clipped_asgd", hparams["stepsize"])
-    c = jnp.asarray(hparams["threshold"])
-    if not bool(jnp.all(jnp.isfinite(c))) or bool(jnp.any(c <= 0)):
-        raise ValueError(f"clipped_asgd: threshold must be positive and finite; got {hparams['threshold']!r}")
-
-
 def clipped_asgd(*, stepsize: float, threshold: float) -> Algorithm:
-    """Clipped ASGD: x ← x − γ clip_c(g) (Erickson & Johansson 2026, form reconstructed, docs/theory.md §6.7).
+    """Clipped ASGD: x ← x − γ clip_c(g) (Erickson & Johansson 2026, form reconstructed, docs/theory.md §6.7):
+    vanilla ASGD with the clipping correction (:func:`algos.clipped`), which any family can take.
 
     Args:
       stepsize: γ ≥ 0.
       threshold: c > 0; gradients longer than c are scaled to length c.
     """
-    return asgd_with_step_rule("clipped_asgd", constant_step, {"stepsize": stepsize, "threshold": threshold},
-                               _validate_clipped, gradient_map=clip_by_global_norm)
+    return server_correction(asgd(stepsize=stepsize), clipping, hparams={"threshold": threshold}, name="clipped_asgd")
