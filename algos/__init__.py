@@ -1,6 +1,6 @@
 """Algorithms as pure functions (see :mod:`algos.base` for the protocol)."""
 
-from algos.asgd import (
+from delaylab.algos.asgd import (
     ASGDState,
     asgd,
     asgd_with_step_rule,
@@ -15,19 +15,19 @@ from algos.asgd import (
     staleness_aware_asgd,
     staleness_aware_step,
 )
-from algos.base import Algorithm, Event, Server, Worker, algorithm, gradient_job, handed_model
-from algos.corrections import Correction, clipped, clipping, server_correction
-from algos.fedstrag import fedstrag, fedstrag_history
-from algos.mitigation import fedasync, hierarchical_sgd, staleness_weight, staleness_weighted_asgd
-from algos.grouped import groups_by_speed, gsp
-from algos.async_local import async_local_sgd, dylu_local_steps, local_adamw_job, local_sgd_job
-from algos.local_steps import LocalSteps
-from algos.periodic import a_edit_local_steps, dpro_sm_like_local_steps, edit, fedshift, local_sgd, palsgd
-from algos.rounds import malenia_sgd, point_and_gradient_job, rennala_sgd, ringleader_asgd
-from algos.sync import minibatch_sgd
-from algos.wbsp import slowest_worker as wbsp_slowest_worker
-from algos.wbsp import wbsp
-from algos.tables import fedbuff_asgd, ia2sgd, ringmaster_asgd
+from delaylab.algos.base import Algorithm, Event, Server, Worker, algorithm, gradient_job, handed_model
+from delaylab.algos.corrections import Correction, clipped, clipping, server_correction
+from delaylab.algos.fedstrag import fedstrag, fedstrag_history
+from delaylab.algos.mitigation import fedasync, hierarchical_sgd, staleness_weight, staleness_weighted_asgd
+from delaylab.algos.grouped import groups_by_speed, gsp
+from delaylab.algos.async_local import async_local_sgd, dylu_local_steps, local_adamw_job, local_sgd_job
+from delaylab.algos.local_steps import LocalSteps
+from delaylab.algos.periodic import a_edit_local_steps, dpro_sm_like_local_steps, edit, fedshift, local_sgd, palsgd
+from delaylab.algos.rounds import malenia_sgd, point_and_gradient_job, rennala_sgd, ringleader_asgd
+from delaylab.algos.sync import minibatch_sgd
+from delaylab.algos.wbsp import slowest_worker as wbsp_slowest_worker
+from delaylab.algos.wbsp import wbsp
+from delaylab.algos.tables import fedbuff_asgd, ia2sgd, ringmaster_asgd
 
 __all__ = [
     "Correction",

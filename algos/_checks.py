@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from theory.arguments import as_numbers as _as_numbers
+from delaylab.theory.arguments import as_numbers as _as_numbers
 
 
 def _show(value: np.ndarray) -> str:

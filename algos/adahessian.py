@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from algos.local_steps import OptaxRecipe
+from delaylab.algos.local_steps import OptaxRecipe
 
 # The spatial axes of a convolution kernel of each layout, by the kernel's number of dimensions.
 LAYOUTS = {

@@ -22,9 +22,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from algos import _checks
-from algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm, state_params
-from algos.local_steps import INNER, check_outer_and_inner, inner_hparams, start_minus_message
+from delaylab.algos import _checks
+from delaylab.algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm, state_params
+from delaylab.algos.local_steps import INNER, check_outer_and_inner, inner_hparams, start_minus_message
 
 
 def dylu_local_steps(local_steps: int, taus) -> np.ndarray:

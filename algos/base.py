@@ -213,15 +213,15 @@ def check_protocol(alg) -> None:
     """Raise ``TypeError``/``ValueError`` saying what is wrong when ``alg`` is not a well-formed
     :class:`Algorithm` (before anything compiles)."""
     if not isinstance(alg, Algorithm):
-        raise TypeError(f"an algorithm must be an algos.Algorithm; got {type(alg).__name__}")
+        raise TypeError(f"an algorithm must be a delaylab.algos.Algorithm; got {type(alg).__name__}")
     if not isinstance(alg.name, str) or not alg.name:
         raise TypeError(f"an algorithm's name must be a non-empty string; got {alg.name!r}")
     if not isinstance(alg.hparams, dict):
         raise TypeError(f"{alg.name}: hparams must be a dict; got {type(alg.hparams).__name__}")
     if not isinstance(alg.worker, Worker):
-        raise TypeError(f"{alg.name}: worker must be an algos.base.Worker; got {type(alg.worker).__name__}")
+        raise TypeError(f"{alg.name}: worker must be a delaylab.algos.Worker; got {type(alg.worker).__name__}")
     if not isinstance(alg.server, Server):
-        raise TypeError(f"{alg.name}: server must be an algos.base.Server; got {type(alg.server).__name__}")
+        raise TypeError(f"{alg.name}: server must be a delaylab.algos.Server; got {type(alg.server).__name__}")
     if (alg.server.apply is None) == (alg.server.apply_round is None):
         raise ValueError(f"{alg.name}: the server half must define exactly one of apply (one arrival) and "
                          "apply_round (one round)")

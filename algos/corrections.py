@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm
+from delaylab.algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm
 
 PyTree = Any
 
@@ -139,14 +139,19 @@ class _ApplyRound:
 
 @dataclasses.dataclass(frozen=True)
 class _Validate:
+    """The wrapped algorithm's checks, then the correction's, its messages prefixed with the name."""
+
     inner: Optional[Callable]
-    own: Optional[Callable]
+    own: Callable
+    name: str
 
     def __call__(self, hparams, num_workers):
         if self.inner is not None:
             self.inner(hparams, num_workers)
-        if self.own is not None:
+        try:
             self.own(hparams, num_workers)
+        except ValueError as err:
+            raise ValueError(f"{self.name}: {err}") from None
 
 
 def server_correction(alg: Algorithm, correction: Correction, *, hparams: Optional[dict] = None,
@@ -164,9 +169,9 @@ def server_correction(alg: Algorithm, correction: Correction, *, hparams: Option
     corrected message. Everything else (the schedule check, what telemetry reads) is ``alg``'s.
     """
     if not isinstance(alg, Algorithm):
-        raise TypeError(f"server_correction: alg must be an algos.Algorithm; got {type(alg).__name__}")
+        raise TypeError(f"server_correction: alg must be a delaylab.algos.Algorithm; got {type(alg).__name__}")
     if not isinstance(correction, Correction):
-        raise TypeError(f"server_correction: correction must be an algos.Correction; got {type(correction).__name__}")
+        raise TypeError(f"server_correction: correction must be a delaylab.algos.Correction; got {type(correction).__name__}")
     own = dict(hparams or {})
     clash = sorted(set(own) & set(alg.hparams))
     if clash:
@@ -178,8 +183,9 @@ def server_correction(alg: Algorithm, correction: Correction, *, hparams: Option
         init=_Init(s.init, correction.init), params=_Params(s.params),
         apply=None if s.apply is None else _Apply(s.apply, s.params, correction.apply),
         apply_round=None if s.apply_round is None else _ApplyRound(s.apply_round, s.params, correction.apply))
-    validate = alg.validate if correction.validate is None else _Validate(alg.validate, correction.validate)
-    return algorithm(name or f"{alg.name}+correction", {**alg.hparams, **own}, worker, server, validate=validate,
+    name = name or f"{alg.name}+correction"
+    validate = alg.validate if correction.validate is None else _Validate(alg.validate, correction.validate, name)
+    return algorithm(name, {**alg.hparams, **own}, worker, server, validate=validate,
                      check_schedule=alg.check_schedule)
 
 
@@ -199,7 +205,7 @@ def _validate_threshold(hparams: HParams, num_workers) -> None:
     del num_workers
     c = jnp.asarray(hparams["threshold"])
     if not bool(jnp.all(jnp.isfinite(c))) or bool(jnp.any(c <= 0)):
-        raise ValueError(f"clipping: threshold must be positive and finite; got {hparams['threshold']!r}")
+        raise ValueError(f"threshold must be positive and finite; got {hparams['threshold']!r}")
 
 
 clipping = Correction(clip_message, validate=_validate_threshold, sees_start=False)

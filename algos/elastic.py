@@ -25,9 +25,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax.tree_utils as otu
 
-from algos import adahessian as ah
-from algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm
-from algos.local_steps import SGD, LocalSteps, OptaxRecipe
+from delaylab.algos import adahessian as ah
+from delaylab.algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm
+from delaylab.algos.local_steps import SGD, LocalSteps, OptaxRecipe
 
 SEMANTICS = ("suppressed", "stale")
 

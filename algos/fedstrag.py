@@ -22,9 +22,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from algos import _checks
-from algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm
-from algos.local_steps import SGD, LocalSteps, message_is_model
+from delaylab.algos import _checks
+from delaylab.algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm
+from delaylab.algos.local_steps import SGD, LocalSteps, message_is_model
 
 WEIGHTINGS = ("fedstrag", "equal")
 
@@ -41,7 +41,7 @@ def fedstrag_history(schedule) -> int:
     events, between the latest broadcast and the tag of the job the event's worker starts next."""
     if schedule.tag is None:
         raise ValueError("fedstrag needs a schedule whose events carry broadcast tags: build it with "
-                         "sim.schedules.time_bounded_rounds")
+                         "delaylab.sim.schedules.time_bounded_rounds")
     k_after = np.cumsum(schedule.round_end)  # broadcasts made once each event is handled
     return int(max(1, np.max(k_after - schedule.tag)))
 

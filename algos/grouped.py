@@ -21,9 +21,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from algos import _checks
-from algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm
-from theory import linalg
+from delaylab.algos import _checks
+from delaylab.algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm
+from delaylab.theory import linalg
 
 
 class GSPState(NamedTuple):

@@ -26,8 +26,8 @@ import numpy as np
 import optax
 import optax.tree_utils as otu
 
-from algos import _checks
-from algos.base import HParams, Oracle, Params
+from delaylab.algos import _checks
+from delaylab.algos.base import HParams, Oracle, Params
 
 
 class StepRule(Protocol):

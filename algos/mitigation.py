@@ -24,11 +24,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from algos import _checks
-from algos.asgd import asgd_with_step_rule
-from algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm, state_params
-from algos.local_steps import LocalSteps, ProximalSGD, message_is_model
-from theory import hierarchy, linalg
+from delaylab.algos import _checks
+from delaylab.algos.asgd import asgd_with_step_rule
+from delaylab.algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm, state_params
+from delaylab.algos.local_steps import LocalSteps, ProximalSGD, message_is_model
+from delaylab.theory import hierarchy, linalg
 
 
 def _constant(hparams, delta):

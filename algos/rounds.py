@@ -19,8 +19,8 @@ import jax
 import jax.numpy as jnp
 import optax.tree_utils as otu
 
-from algos import _checks, _rows
-from algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm, state_params
+from delaylab.algos import _checks, _rows
+from delaylab.algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm, state_params
 
 
 def point_and_gradient_job(hparams: HParams, point: Params, oracle, key) -> tuple:

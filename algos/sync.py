@@ -10,9 +10,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from algos import _checks
-from algos.asgd import ASGDState, _init
-from algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm, state_params
+from delaylab.algos import _checks
+from delaylab.algos.asgd import ASGDState, _init
+from delaylab.algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm, state_params
 
 
 def _apply_round(hparams: HParams, state: ASGDState, grads: Params, events: Event, mask):

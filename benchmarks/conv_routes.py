@@ -26,8 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-import sim
-from sim import conv, models, native
+from delaylab import sim
+from delaylab.sim import conv, models, native
 
 WORKERS, BATCH, SHARD = 8, 64, 512
 

@@ -23,10 +23,9 @@ import time
 import jax
 import numpy as np
 
-import algos
-import sim
-from sim import schedules
-from sim.reference import heap_asgd
+from delaylab import algos, sim
+from delaylab.sim import schedules
+from delaylab.sim.reference import heap_asgd
 
 N_WORKERS = 16
 SEEDS = 256

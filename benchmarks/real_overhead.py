@@ -28,9 +28,8 @@ def main(argv=None) -> None:
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
     jax.config.update("jax_enable_x64", True)
-    import algos
-    import sim
-    from sim import real, schedules
+    from delaylab import algos, sim
+    from delaylab.sim import real, schedules
 
     events = 500 if args.quick else 2000
     problems = {

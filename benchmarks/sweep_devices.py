@@ -36,10 +36,9 @@ def main(argv=None) -> None:
     import numpy as np
 
     jax.config.update("jax_enable_x64", True)
-    import algos
-    import sim
-    from sim import schedules
-    from sim.models import mlp_classifier
+    from delaylab import algos, sim
+    from delaylab.sim import schedules
+    from delaylab.sim.models import mlp_classifier
 
     devices = jax.devices()
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, jax {jax.__version__}, "

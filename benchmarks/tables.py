@@ -21,10 +21,9 @@ import time
 import jax
 import numpy as np
 
-import algos
-import sim
-from sim import schedules
-from sim.models import mlp_classifier
+from delaylab import algos, sim
+from delaylab.sim import schedules
+from delaylab.sim.models import mlp_classifier
 
 N = 100
 

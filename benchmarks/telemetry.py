@@ -24,11 +24,10 @@ import time
 import jax
 import numpy as np
 
-import algos
-import sim
-from sim import schedules
-from sim import telemetry as T
-from sim.models import MLP
+from delaylab import algos, sim
+from delaylab.sim import schedules
+from delaylab.sim import telemetry as T
+from delaylab.sim.models import MLP
 
 N = 8
 EVENTS = 8000

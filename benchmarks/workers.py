@@ -23,11 +23,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from algos import elastic as ea
-from sim.data import load_mnist_format
-from sim.engine import WorkerOracle
-from sim import native
-from sim.models import cnn_classifier, conv_impl_for
+from delaylab.algos import elastic as ea
+from delaylab.sim.data import load_mnist_format
+from delaylab.sim.engine import WorkerOracle
+from delaylab.sim import native
+from delaylab.sim.models import cnn_classifier, conv_impl_for
 
 WORKERS, BATCH = 8, 64
 

@@ -21,11 +21,11 @@ from typing import Optional
 
 import numpy as np
 
-import theory
-import theory.model
+from delaylab import theory
+import delaylab.theory.model
 from delaylab.measure import AVERAGE_FROM, NOISE_SCENARIO, NOISE_TAUS, ORBIT_SCENARIO, ORBIT_TAUS, Measured, Run
 from delaylab.registry import AlgorithmEntry
-from theory import orbit as orbit_lib
+from delaylab.theory import orbit as orbit_lib
 
 FIXED_POINT_CAP = 0.02  # fraction of the vanilla bias ‖x_p − x*‖ no model-based tolerance exceeds unnoticed
 MC_STANDARD_ERRORS = 6.0  # the Monte Carlo part of a tolerance, in standard errors (8 batch means: a t₇ quantile)

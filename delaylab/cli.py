@@ -39,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     sh.add_argument("--out", default=None, help="where to draw the figure (default: FOLDER/figure.png)")
     sh.add_argument("--json", action="store_true", help="print the folder's summary as JSON instead")
     _add_plugin(sh)
-    from paper_figures import FIGURES
+    from delaylab.paper_figures import FIGURES
 
     names = "\n".join(f"  {k:6s} {desc}" for k, (_, desc) in FIGURES.items())
     f = sub.add_parser("figure", help="reproduce a paper figure (PNG + data + findings text)",
@@ -88,7 +88,7 @@ def _run_parser(sub) -> None:
 def _cmd_run(args) -> int:
     from delaylab import config as C
     from delaylab import runs
-    from sim import store
+    from delaylab.sim import store
 
     flags = {k[4:]: v for k, v in vars(args).items() if k.startswith("set:") and v is not None}
     if args.plugin:  # recorded in the run's config, so that show and --resume load them again
@@ -152,7 +152,7 @@ def _cmd_figure(args) -> int:
 
 
 def _figure(args) -> int:
-    import paper_figures
+    from delaylab import paper_figures
 
     fig = paper_figures.figure(args.name)
     out = args.out or f"out/figures/{args.name}"
@@ -210,7 +210,7 @@ def main(argv=None) -> int:
     if args.command == "show":
         from delaylab import runs
 
-        from sim import store
+        from delaylab.sim import store
 
         try:
             if args.json:
@@ -236,7 +236,7 @@ def main(argv=None) -> int:
             print(f"delaylab verify: {bad}", file=sys.stderr)
             return 2
         try:
-            import paper_figures
+            from delaylab import paper_figures
 
             return verify.run_verify(None if args.no_out else args.out, as_json=args.json,
                                      names=args.scenario, quiet=args.quiet or args.json, mutants=args.mutants,

@@ -338,9 +338,9 @@ def differences(a: RunConfig, b: RunConfig) -> list[str]:
 
 
 def build_problem(cfg: RunConfig):
-    import sim
-    from sim import data as sim_data
-    from sim import models
+    from delaylab import sim
+    from delaylab.sim import data as sim_data
+    from delaylab.sim import models
 
     p = cfg.problem
     dtype = np.float64 if cfg.x64 else np.float32
@@ -357,7 +357,7 @@ def build_problem(cfg: RunConfig):
 
 
 def build_schedule(cfg: RunConfig):
-    from sim import schedules
+    from delaylab.sim import schedules
 
     s = cfg.schedule
     taus = np.asarray(s.taus, np.float64)

@@ -10,11 +10,11 @@ from typing import Optional
 
 import numpy as np
 
-import sim
-from algos import elastic as ea
-from sim import schedules
-from sim.data import digits, load_mnist_format
-from sim.models import cnn_classifier
+from delaylab import sim
+from delaylab.algos import elastic as ea
+from delaylab.sim import schedules
+from delaylab.sim.data import digits, load_mnist_format
+from delaylab.sim.models import cnn_classifier
 
 @dataclasses.dataclass(frozen=True)
 class Preset:

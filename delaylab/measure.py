@@ -17,9 +17,8 @@ from typing import Iterable, Mapping, Optional
 import jax
 import numpy as np
 
-import sim
-import theory
-import theory.model
+from delaylab import sim, theory
+import delaylab.theory.model
 from delaylab import scenarios as scenario_lib
 from delaylab.registry import ALGORITHMS, AlgorithmEntry
 

@@ -14,9 +14,8 @@ from typing import Optional
 
 import numpy as np
 
-import theory
-from delaylab import checking
-from theory import weights as w
+from delaylab import theory, checking
+from delaylab.theory import weights as w
 
 
 @dataclasses.dataclass(frozen=True)

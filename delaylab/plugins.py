@@ -125,9 +125,9 @@ def check_entry(entry, where: str) -> None:
     compiled); raise :class:`PluginError` naming the plugin and the entry otherwise."""
     import numpy as np
 
-    from algos.base import check_protocol
-    from sim import schedules
-    from theory import model
+    from delaylab.algos.base import check_protocol
+    from delaylab.sim import schedules
+    from delaylab.theory import model
 
     name = entry.name
     if not isinstance(name, str) or not name.isidentifier():

@@ -14,10 +14,9 @@ from typing import Callable, Optional
 
 import numpy as np
 
-import algos
-import theory
-from sim.schedules import Schedule
-from theory.model import is_tau_only
+from delaylab import algos, theory
+from delaylab.sim.schedules import Schedule
+from delaylab.theory.model import is_tau_only
 
 
 StepOf = Callable[[int, int], float]  # (worker, staleness) -> γ of that arrival

@@ -106,10 +106,10 @@ def execute(cfg: C.RunConfig, folder: str, *, resume: bool = False, quiet: bool 
 def _execute(cfg: C.RunConfig, folder: str, *, resume: bool, quiet: bool) -> dict:
     import jax
 
-    import sim
-    from sim import checkpoint as ckpt
-    from sim import store
-    from sim.progress import ProgressBar
+    from delaylab import sim
+    from delaylab.sim import checkpoint as ckpt
+    from delaylab.sim import store
+    from delaylab.sim.progress import ProgressBar
 
     problem, schedule, alg, grid = prepare(cfg)  # before anything is written: a refusal leaves no folder
     os.makedirs(folder, exist_ok=True)
@@ -227,7 +227,7 @@ def draw(folder: str, out: Optional[str] = None) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from sim import store
+    from delaylab.sim import store
 
     cfg = C.read_toml(os.path.join(folder, "config.toml"))
     m = store.read_metrics(folder)
@@ -330,7 +330,7 @@ def status(folder: str) -> dict:
     """What the folder holds: finished (complete or diverged), interrupted (segments done of how
     many) or not started. A summary or checkpoint that cannot be read (truncated, or written by
     another version) raises :class:`RunError` saying so; the folder is not touched."""
-    from sim import checkpoint as ckpt
+    from delaylab.sim import checkpoint as ckpt
 
     summary = os.path.join(folder, "summary.json")
     if os.path.exists(summary):

@@ -17,8 +17,8 @@ from typing import Callable
 
 import numpy as np
 
-import sim
-from sim import schedules
+from delaylab import sim
+from delaylab.sim import schedules
 
 
 @dataclasses.dataclass(frozen=True)

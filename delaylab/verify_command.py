@@ -8,11 +8,10 @@ import sys
 
 import jax
 
-import theory
-from delaylab import checking
+from delaylab import theory, checking
 from delaylab import mutants as mutant_lib
 from delaylab.measure import measure
-from sim import store
+from delaylab.sim import store
 
 
 def _progress(msg: str) -> None:

@@ -6,7 +6,7 @@
 import jax
 import jax.numpy as jnp
 
-import algos
+from delaylab import algos
 from delaylab.registry import AlgorithmEntry
 
 

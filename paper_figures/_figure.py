@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
-from sim import store
+from delaylab.sim import store
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -57,7 +57,7 @@ def convolution() -> str:
     backend ("native" (oneDNN), "im2col" or "lax")."""
     import jax.numpy as jnp
 
-    from sim.models import conv_impl_for
+    from delaylab.sim.models import conv_impl_for
 
     return conv_impl_for("auto", jnp.float32)
 
@@ -213,7 +213,7 @@ class Figure:
       save, load: how the data are stored (default: :func:`save_data`, :func:`load_data`).
       verdicts: optional ``data -> [row]``, the figure's verdicts on the papers' claims, one row
         per claim (keys ``claim``, ``verdict``, ``evidence``, ``conditions``), written to
-        ``<stem>.verdicts.json``; ``python -m paper_figures.table`` writes the verdict table of
+        ``<stem>.verdicts.json``; ``python -m delaylab.paper_figures.table`` writes the verdict table of
         docs/findings.md from these files.
     """
 

@@ -27,11 +27,10 @@ import jax
 import numpy as np
 from scipy import stats as sps
 
-import sim
-from delaylab import claims
-from paper_figures._figure import Parts
-from sim import schedules
-from sim.models import MLP
+from delaylab import sim, claims
+from delaylab.paper_figures._figure import Parts
+from delaylab.sim import schedules
+from delaylab.sim.models import MLP
 
 N = 8
 FAST, SLOW = slice(0, 4), slice(4, 8)

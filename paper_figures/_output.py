@@ -18,7 +18,7 @@ def pyplot():
 def save_figure(fig, path: str) -> None:
     """Lay out, write (under a temporary name, then renamed: a kill leaves the previous file whole)
     and close ``fig``."""
-    from sim import store
+    from delaylab.sim import store
 
     fig.tight_layout()
     store.write_figure(fig, path)

@@ -25,16 +25,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import algos
-import sim
-from delaylab import claims
-from paper_figures import _hetero as lab
-from paper_figures._figure import Figure, Parts
-from paper_figures._output import pyplot, save_figure
-from sim import schedules
-from sim.data import split_by_group, split_dirichlet, split_iid
-from sim.models import cnn_classifier, mlp_classifier
-from theory import frequency_weights
+from delaylab import algos, sim, claims
+from delaylab.paper_figures import _hetero as lab
+from delaylab.paper_figures._figure import Figure, Parts
+from delaylab.paper_figures._output import pyplot, save_figure
+from delaylab.sim import schedules
+from delaylab.sim.data import split_by_group, split_dirichlet, split_iid
+from delaylab.sim.models import cnn_classifier, mlp_classifier
+from delaylab.theory import frequency_weights
 
 N = 8
 TAUS = np.array([1.0, 1.0, 2.0, 2.0, 4.0, 4.0, 8.0, 8.0])

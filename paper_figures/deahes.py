@@ -23,11 +23,11 @@ from typing import Optional
 import jax
 import numpy as np
 
-from algos import elastic as ea
+from delaylab.algos import elastic as ea
 from delaylab.deahes import (CALIBRATION_SEED, DEAD_ZONE, FAILURE_P, HESSIAN, KAPPA, METHODS, PRESETS, WORKERS, Preset, algorithms, dataset,
                              problems, schedules_for, sweep, trend_spread)
-from paper_figures._figure import Figure, Parts
-from paper_figures._output import save_figure
+from delaylab.paper_figures._figure import Figure, Parts
+from delaylab.paper_figures._output import save_figure
 from delaylab.claims import FAILS, HOLDS, INCONCLUSIVE, all_of, conjunction
 
 EQUAL_MARGIN = 0.02  # "close": 2% of the oracle's loss, the margin of deahes-readings' sanity check

@@ -23,9 +23,9 @@ from typing import Optional
 import jax
 import numpy as np
 
-from algos import elastic as ea
+from delaylab.algos import elastic as ea
 from delaylab.deahes import ALPHA, BATCH, FAILURE_P, KAPPA, algorithms, dataset
-from paper_figures._figure import Figure, Parts
+from delaylab.paper_figures._figure import Figure, Parts
 from delaylab.claims import FAILS, HOLDS, all_of, below, equal
 
 
@@ -79,9 +79,9 @@ def _reading_hparams(a0: float, tau: int) -> dict:
 
 
 def _seed_part(cfg: Preset, seed: int, data, progress: bool) -> dict:
-    import sim
-    from sim import schedules
-    from sim.models import cnn_classifier
+    from delaylab import sim
+    from delaylab.sim import schedules
+    from delaylab.sim.models import cnn_classifier
 
     _, Xtr, ytr, Xte, yte = data
     P, tau = cfg.workers, cfg.period
@@ -307,7 +307,7 @@ def rows(data: dict) -> list[dict]:
 
 
 def plot(data: dict, path: str) -> None:
-    from paper_figures._output import pyplot, save_figure
+    from delaylab.paper_figures._output import pyplot, save_figure
     from delaylab.claims import paired_interval
 
     plt = pyplot()

@@ -22,14 +22,12 @@ import jax
 import numpy as np
 from scipy import stats as sps
 
-import algos
-import sim
-from delaylab import claims
-from paper_figures import _hetero as lab
-from paper_figures._figure import Figure, Parts
-from paper_figures._output import pyplot, save_figure
-from sim import schedules
-from sim.models import mlp_classifier
+from delaylab import algos, sim, claims
+from delaylab.paper_figures import _hetero as lab
+from delaylab.paper_figures._figure import Figure, Parts
+from delaylab.paper_figures._output import pyplot, save_figure
+from delaylab.sim import schedules
+from delaylab.sim.models import mlp_classifier
 
 SOURCES = ("split", "init", "costs", "speeds", "minibatches")
 TIMINGS = ("costs", "varying")

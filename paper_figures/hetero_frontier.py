@@ -18,13 +18,12 @@ import math
 
 import numpy as np
 
-import algos
-from delaylab import claims
-from paper_figures import _hetero as lab
-from paper_figures._figure import Figure
-from paper_figures._hetero import N, PRESETS, Preset
-from paper_figures._output import pyplot, save_figure
-from sim import schedules
+from delaylab import algos, claims
+from delaylab.paper_figures import _hetero as lab
+from delaylab.paper_figures._figure import Figure
+from delaylab.paper_figures._hetero import N, PRESETS, Preset
+from delaylab.paper_figures._output import pyplot, save_figure
+from delaylab.sim import schedules
 
 
 # --- 3. frontier ------------------------------------------------------------------------------

@@ -22,15 +22,14 @@ import functools
 
 import numpy as np
 
-import algos
-import algos.elastic
-import sim
-from delaylab import claims
-from paper_figures import _hetero as lab
-from paper_figures._figure import Figure, Parts
-from paper_figures._output import pyplot, save_figure
-from sim import schedules
-from sim import telemetry as T
+from delaylab import algos
+import delaylab.algos.elastic
+from delaylab import sim, claims
+from delaylab.paper_figures import _hetero as lab
+from delaylab.paper_figures._figure import Figure, Parts
+from delaylab.paper_figures._output import pyplot, save_figure
+from delaylab.sim import schedules
+from delaylab.sim import telemetry as T
 
 SPLITS = ("iid", "dirichlet 1")
 H = 4  # local steps per job

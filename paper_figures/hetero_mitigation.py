@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import numpy as np
 
-import algos
-from delaylab import claims
-from paper_figures import _hetero as lab
-from paper_figures._figure import Figure
-from paper_figures._hetero import LAYERS, PRESETS, Preset, mlp_module, second_half
-from paper_figures._output import pyplot, save_figure
-from sim import schedules
-from sim import telemetry as T
+from delaylab import algos, claims
+from delaylab.paper_figures import _hetero as lab
+from delaylab.paper_figures._figure import Figure
+from delaylab.paper_figures._hetero import LAYERS, PRESETS, Preset, mlp_module, second_half
+from delaylab.paper_figures._output import pyplot, save_figure
+from delaylab.sim import schedules
+from delaylab.sim import telemetry as T
 
 
 # --- 4. mitigation trade-off ------------------------------------------------------------------

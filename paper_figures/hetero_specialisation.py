@@ -21,15 +21,14 @@ import jax
 import numpy as np
 from scipy import stats as sps
 
-import algos
-import sim
-from paper_figures import _hetero as lab
-from paper_figures._figure import Figure
-from paper_figures._hetero import FAST, N, PRESETS, SLOW, Preset, seed_keys, log_every_for, mlp_module, progress, second_half
-from paper_figures._output import pyplot, save_figure
-from sim import schedules
-from sim import telemetry as T
-from sim.models import CNN
+from delaylab import algos, sim
+from delaylab.paper_figures import _hetero as lab
+from delaylab.paper_figures._figure import Figure
+from delaylab.paper_figures._hetero import FAST, N, PRESETS, SLOW, Preset, seed_keys, log_every_for, mlp_module, progress, second_half
+from delaylab.paper_figures._output import pyplot, save_figure
+from delaylab.sim import schedules
+from delaylab.sim import telemetry as T
+from delaylab.sim.models import CNN
 
 
 # --- 1. specialisation ------------------------------------------------------------------------

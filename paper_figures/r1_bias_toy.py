@@ -16,14 +16,11 @@ import dataclasses
 import jax
 import numpy as np
 
-import algos
-import sim
-import theory
-from delaylab import claims
+from delaylab import algos, sim, theory, claims
 from delaylab.scenarios import TOY_TAUS, toy_problem
-from paper_figures._figure import Figure, Parts
-from paper_figures._output import pyplot, save_figure
-from theory.orbit import periodic_orbit
+from delaylab.paper_figures._figure import Figure, Parts
+from delaylab.paper_figures._output import pyplot, save_figure
+from delaylab.theory.orbit import periodic_orbit
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,17 +8,17 @@ this schedule, docs/theory.md §2) and the closed-form approximation of §6 (del
 
 from __future__ import annotations
 
+import importlib
 import dataclasses
 
 import jax
 import numpy as np
 
-import theory
-from delaylab import claims
+from delaylab import theory, claims
 from delaylab.registry import ALGORITHMS
-from paper_figures._figure import Figure, Parts
-from paper_figures._output import save_figure
-from sim import problems, schedules
+from delaylab.paper_figures._figure import Figure, Parts
+from delaylab.paper_figures._output import save_figure
+from delaylab.sim import problems, schedules
 
 N = 6
 RULES = ("asgd", "rescaled_asgd", "delay_adaptive_asgd", "staleness_aware_asgd", "fedbuff_asgd")
@@ -51,7 +51,7 @@ def _compute(events: int, stepsize: float) -> dict:
         schedule = schedules.fixed_computation(taus, num_events=events)
         for rule in RULES:
             entry = ALGORITHMS[rule]
-            res = __import__("sim").run(entry.make(stepsize, schedule), problem, schedule, key=jax.random.key(0))
+            res = importlib.import_module("delaylab.sim").run(entry.make(stepsize, schedule), problem, schedule, key=jax.random.key(0))
             measured = np.asarray(res.tail_average, dtype=np.float64)
             exact = entry.predicted_weights(stepsize, schedule, from_time=res.tail_window[0])
             approx = approximate_weights(rule, taus)

@@ -9,17 +9,17 @@ All step sizes of one σ run as one compiled sweep.
 
 from __future__ import annotations
 
+import importlib
 import dataclasses
 
 import jax
 import numpy as np
 
-import theory
-from delaylab import claims
+from delaylab import theory, claims
 from delaylab.registry import ALGORITHMS
-from paper_figures._figure import Figure, Parts
-from paper_figures._output import save_figure
-from sim import problems, schedules
+from delaylab.paper_figures._figure import Figure, Parts
+from delaylab.paper_figures._output import save_figure
+from delaylab.sim import problems, schedules
 
 TAUS = np.array([1.0, 2.0, 3.0, 5.0])
 
@@ -27,7 +27,7 @@ TAUS = np.array([1.0, 2.0, 3.0, 5.0])
 def _gaps(entry, problem, schedule, steps, q_of, A, b, seeds):
     alg = entry.make(float(steps[0]), schedule)
     keys = jax.random.split(jax.random.key(0), seeds)
-    res = __import__("sim").sweep(alg, problem, schedule, keys=keys, hparams={"stepsize": steps}, log_every=7,
+    res = importlib.import_module("delaylab.sim").sweep(alg, problem, schedule, keys=keys, hparams={"stepsize": steps}, log_every=7,
                                   record_params=True)
     tail = res.metrics["time"] > 0.2 * res.metrics["time"][-1]
     out = np.empty((len(steps), seeds))

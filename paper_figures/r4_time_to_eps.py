@@ -18,12 +18,10 @@ import math
 import jax
 import numpy as np
 
-import algos
-import sim
-from delaylab import claims
-from paper_figures._figure import Figure, Parts
-from paper_figures._output import save_figure
-from sim import schedules
+from delaylab import algos, sim, claims
+from delaylab.paper_figures._figure import Figure, Parts
+from delaylab.paper_figures._output import save_figure
+from delaylab.sim import schedules
 
 D, PENALTY = 10, 4.0
 REGIMES = {"noise": (1.0, 0.01), "heterogeneity": (0.01, 1.0)}  # (σ², ζ²)

@@ -22,14 +22,12 @@ from typing import Optional
 import jax
 import numpy as np
 
-import algos
-import sim
-from delaylab import claims
-from paper_figures._figure import Figure, Parts
-from paper_figures._output import save_figure
-from sim import schedules
-from sim.data import load_mnist_format, stratified_subset
-from sim.models import mlp_classifier
+from delaylab import algos, sim, claims
+from delaylab.paper_figures._figure import Figure, Parts
+from delaylab.paper_figures._output import save_figure
+from delaylab.sim import schedules
+from delaylab.sim.data import load_mnist_format, stratified_subset
+from delaylab.sim.models import mlp_classifier
 
 # Starting grids per method (ratio about 3.3); claims.bracket extends them past an edge. Their
 # middle values were the best of a shorter probe (horizon 1500, 2 seeds, tail loss):

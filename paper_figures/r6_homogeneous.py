@@ -21,13 +21,10 @@ import math
 import jax
 import numpy as np
 
-import algos
-import sim
-import theory
-from delaylab import claims
-from paper_figures._figure import Figure, Parts
-from paper_figures._output import save_figure
-from sim import schedules
+from delaylab import algos, sim, theory, claims
+from delaylab.paper_figures._figure import Figure, Parts
+from delaylab.paper_figures._output import save_figure
+from delaylab.sim import schedules
 
 FLOOR_ELIGIBLE = 0.8  # a step whose stationary F − F* exceeds this fraction of ε reaches ε only by noise dips
 SMOOTH = 5  # log points in the centred mean before the crossing

@@ -1,6 +1,6 @@
 """The verdict table of docs/findings.md, written from the figures' verdict files.
 
-    python -m paper_figures.table [--check] [--output DIR] [--findings docs/findings.md]
+    python -m delaylab.paper_figures.table [--check] [--output DIR] [--findings docs/findings.md]
 
 Every figure that judges a paper's claim writes ``<stem>.verdicts.json`` beside its text (one row
 per claim: claim, verdict, evidence, conditions; :class:`paper_figures._figure.Figure`). This
@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     if args.check:
         if new != old:
             print(f"{args.findings}: the verdict table differs from {args.output}/*.verdicts.json; "
-                  "run python -m paper_figures.table", file=sys.stderr)
+                  "run python -m delaylab.paper_figures.table", file=sys.stderr)
             return 1
         return 0
     if new != old:

@@ -24,7 +24,7 @@ import tempfile
 import jax
 import numpy as np
 
-from paper_figures._figure import Figure, Parts
+from delaylab.paper_figures._figure import Figure, Parts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +42,7 @@ STEM = "wallclock"
 
 
 def _problem():
-    import sim
+    from delaylab import sim
 
     return sim.problems.synthetic_logistic(4, 128, 8, heterogeneity=1.0, l2=0.05, batch_size=16, seed=3,
                                            dtype=np.float32)
@@ -55,9 +55,8 @@ def compute(preset: Preset, parts: Parts) -> dict:
 
 
 def _compute(cfg: Preset, out_dir) -> dict:
-    import algos
-    import sim
-    from sim import real, schedules
+    from delaylab import algos, sim
+    from delaylab.sim import real, schedules
 
     problem, alg = _problem(), algos.asgd(stepsize=STEPSIZE)
     res = real.run(alg, problem, num_events=cfg.num_events, key=jax.random.key(0), log_every=cfg.log_every,
@@ -94,7 +93,7 @@ def _compute(cfg: Preset, out_dir) -> dict:
 
 
 def plot(data: dict, path: str) -> None:
-    from paper_figures._output import pyplot, save_figure
+    from delaylab.paper_figures._output import pyplot, save_figure
 
     plt = pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))

@@ -18,7 +18,7 @@ import math
 import jax
 import numpy as np
 
-from sim.schedules import Schedule
+from delaylab.sim.schedules import Schedule
 
 # Cost of one block, in units of one slot's worker computation, for a single run: the fixed
 # per-block overhead of a scan step and a batched launch, by JAX backend. Only used to pick the

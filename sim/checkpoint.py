@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sim import store
+from delaylab.sim import store
 
 FORMAT = 1
 

@@ -12,8 +12,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from sim import native
-from sim.native import CONV_IMPLS, conv_impl_for
+from delaylab.sim import native
+from delaylab.sim.native import CONV_IMPLS, conv_impl_for
 
 __all__ = ["CONV_IMPLS", "Conv2D", "conv2d_im2col", "conv_impl_for"]
 

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import optax.tree_utils as otu
 
-from algos.base import Event, Worker
+from delaylab.algos.base import Event, Worker
 
 PyTree = Any
 

@@ -18,9 +18,9 @@ from typing import Callable, Optional
 import jax
 import numpy as np
 
-from sim import checkpoint as ckpt
-from sim.blocks import BlockPlan
-from sim.progress import Progress
+from delaylab.sim import checkpoint as ckpt
+from delaylab.sim.blocks import BlockPlan
+from delaylab.sim.progress import Progress
 
 
 @dataclasses.dataclass

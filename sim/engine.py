@@ -25,12 +25,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from algos.base import Algorithm, check_protocol
-from sim import core, driver, parallel
-from sim.blocks import BlockPlan, plan_blocks
-from sim.core import WorkerOracle, Workers  # noqa: F401  (part of this module's API: the oracle a job is handed, the workers telemetry sees)
-from sim.problems import Problem
-from sim.schedules import Schedule
+from delaylab.algos.base import Algorithm, check_protocol
+from delaylab.sim import core, driver, parallel
+from delaylab.sim.blocks import BlockPlan, plan_blocks
+from delaylab.sim.core import WorkerOracle, Workers  # noqa: F401  (part of this module's API: the oracle a job is handed, the workers telemetry sees)
+from delaylab.sim.problems import Problem
+from delaylab.sim.schedules import Schedule
 
 PyTree = Any
 
@@ -179,7 +179,7 @@ class Options:
     def progress_callback(self):
         """The progress callback, or None."""
         if self.progress is True:
-            from sim.progress import ProgressBar
+            from delaylab.sim.progress import ProgressBar
 
             return ProgressBar()
         return None if self.progress is False else self.progress

@@ -17,9 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from sim import data as data_lib
-from sim.conv import CONV_IMPLS, Conv2D, conv2d_im2col, conv_impl_for  # noqa: F401 (public here too)
-from sim.problems import Problem, ProblemFns, worker_batch
+from delaylab.sim import data as data_lib
+from delaylab.sim.conv import CONV_IMPLS, Conv2D, conv2d_im2col, conv_impl_for  # noqa: F401 (public here too)
+from delaylab.sim.problems import Problem, ProblemFns, worker_batch
 
 
 class MLP(nn.Module):

@@ -17,9 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sim.sampling import sample_indices
-from theory.arguments import as_numbers
-from theory.fixed_point import quadratic_fixed_point, weighted_minimiser
+from delaylab.sim.sampling import sample_indices
+from delaylab.theory.arguments import as_numbers
+from delaylab.theory.fixed_point import quadratic_fixed_point, weighted_minimiser
 
 PyTree = Any
 

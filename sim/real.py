@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from algos.base import Algorithm, Event, check_protocol
+from delaylab.algos.base import Algorithm, Event, check_protocol
 
 # "duration" (finish − start) makes the trace readable by sim.schedules.read_trace as well, as a
 # table of job durations (for timing models fitted to a real run)
@@ -97,7 +97,7 @@ class RealResult:
         Per applied result: the worker, its job number, when the job started and finished on the
         worker, when the server applied it, the server version the job started from, its staleness
         and the job's key; the JSON file holds the run's base key and its dead workers."""
-        from sim import store
+        from delaylab.sim import store
 
         store.write_csv(path, [{c: self.trace[c][e].item() for c in TRACE_COLUMNS} for e in range(self.num_events)],
                         fieldnames=TRACE_COLUMNS)
@@ -136,7 +136,7 @@ class _Worker:
     def __init__(self, worker: int, job, fns, data, hparams, base_key, key_impl: str, x64: bool,
                  sleep: float, stalls: dict, death: Optional[int]):
         jax.config.update("jax_enable_x64", x64)
-        from sim.engine import WorkerOracle
+        from delaylab.sim.engine import WorkerOracle
 
         self.worker, self.sleep, self.stalls, self.death = worker, sleep, stalls, death
         self.hparams = hparams
@@ -252,8 +252,8 @@ def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict
         instance already initialised in this process, else a new local one.
       timeout: seconds to wait for any one result before giving up on the run.
     """
-    from sim import engine
-    from sim.problems import Problem
+    from delaylab.sim import engine
+    from delaylab.sim.problems import Problem
 
     check_protocol(alg)
     if not isinstance(problem, Problem):

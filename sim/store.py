@@ -48,7 +48,7 @@ def environment() -> dict:
             versions[name] = None
     import jax
 
-    from sim import native
+    from delaylab.sim import native
 
     return {
         "python": sys.version.split()[0],

@@ -24,9 +24,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from algos.base import Worker
-from theory.layers import layer_names, leaf_layers  # noqa: F401  (layer_names is part of this module's API)
-from theory.linalg import leading_mean, weighted_sum
+from delaylab.algos.base import Worker
+from delaylab.theory.layers import layer_names, leaf_layers  # noqa: F401  (layer_names is part of this module's API)
+from delaylab.theory.linalg import leading_mean, weighted_sum
 
 _TINY = 1e-30
 

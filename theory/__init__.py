@@ -6,19 +6,19 @@ Plain math over arrays: imports nothing of the project. Also home to the small h
 layers of a parameter pytree) and :mod:`theory.hierarchy` (levels of hierarchical averaging).
 """
 
-from theory.checks import Check, format_table, summary_line
-from theory.complexity import (
+from delaylab.theory.checks import Check, format_table, summary_line
+from delaylab.theory.complexity import (
     heterogeneous_lower_bound,
     homogeneous_lower_bound,
     minibatch_sgd_time,
     time_to_target,
     vanilla_asgd_homogeneous_time,
 )
-from theory.fixed_point import clipped_fixed_point, quadratic_fixed_point, quadratic_gap, weighted_minimiser
-from theory.model import PAPER, StepRule, Theory
-from theory.noise import NoiseFloor, noise_floor, quadratic_gaps
-from theory.orbit import Orbit, hyperperiod_events, periodic_orbit
-from theory.weights import (
+from delaylab.theory.fixed_point import clipped_fixed_point, quadratic_fixed_point, quadratic_gap, weighted_minimiser
+from delaylab.theory.model import PAPER, StepRule, Theory
+from delaylab.theory.noise import NoiseFloor, noise_floor, quadratic_gaps
+from delaylab.theory.orbit import Orbit, hyperperiod_events, periodic_orbit
+from delaylab.theory.weights import (
     arithmetic_mean,
     frequency_weights,
     harmonic_mean,

@@ -19,10 +19,10 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from theory import fixed_point as _fp
-from theory import noise as _noise
-from theory import orbit as _orbit
-from theory import weights as _w
+from delaylab.theory import fixed_point as _fp
+from delaylab.theory import noise as _noise
+from delaylab.theory import orbit as _orbit
+from delaylab.theory import weights as _w
 
 StepOf = Callable[[int, int], float]  # (worker, staleness) -> γ of that arrival
 

@@ -17,8 +17,8 @@ import dataclasses
 
 import numpy as np
 
-from theory.fixed_point import quadratic_fixed_point
-from theory.weights import implicit_weights
+from delaylab.theory.fixed_point import quadratic_fixed_point
+from delaylab.theory.weights import implicit_weights
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,11 +15,11 @@ docstring: :func:`local_sgd` (SGD or AdamW; Δ the mean over delivered workers),
 2024: quantised uploads, shifted averages).
 """
 
-from algos.periodic.common import PeriodicState, RoundPoint
-from algos.periodic.edit import Detector, a_edit_local_steps, edit
-from algos.periodic.fedshift import fedshift, quantise_uniform
-from algos.periodic.local_sgd import dpro_sm_like_local_steps, local_sgd
-from algos.periodic.palsgd import palsgd
+from delaylab.algos.periodic.common import PeriodicState, RoundPoint
+from delaylab.algos.periodic.edit import Detector, a_edit_local_steps, edit
+from delaylab.algos.periodic.fedshift import fedshift, quantise_uniform
+from delaylab.algos.periodic.local_sgd import dpro_sm_like_local_steps, local_sgd
+from delaylab.algos.periodic.palsgd import palsgd
 
 __all__ = ["Detector", "PeriodicState", "RoundPoint", "a_edit_local_steps", "dpro_sm_like_local_steps", "edit",
            "fedshift", "local_sgd", "palsgd", "quantise_uniform"]

@@ -14,9 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from algos import _checks
-from algos.base import HParams, Params
-from theory import linalg
+from delaylab.algos import _checks
+from delaylab.algos.base import HParams, Params
+from delaylab.theory import linalg
 
 
 class PeriodicState(NamedTuple):

@@ -13,12 +13,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from algos import _checks
-from algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm, state_params
-from algos.local_steps import INNER, check_outer_and_inner, inner_hparams, start_minus_message
-from algos.periodic.common import PeriodicState, broadcast, check_local_steps, init_state, local_steps_arg, outer_step
-from theory import linalg
-from theory.layers import leaf_layer_index
+from delaylab.algos import _checks
+from delaylab.algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm, state_params
+from delaylab.algos.local_steps import INNER, check_outer_and_inner, inner_hparams, start_minus_message
+from delaylab.algos.periodic.common import PeriodicState, broadcast, check_local_steps, init_state, local_steps_arg, outer_step
+from delaylab.theory import linalg
+from delaylab.theory.layers import leaf_layer_index
 
 
 class Detector(NamedTuple):

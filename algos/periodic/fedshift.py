@@ -8,10 +8,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from algos import _checks
-from algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm, state_params
-from algos.local_steps import SGD, LocalSteps, start_minus_message
-from algos.periodic.common import PeriodicState, broadcast, check_local_steps, init_state, local_steps_arg, uniform_mean
+from delaylab.algos import _checks
+from delaylab.algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm, state_params
+from delaylab.algos.local_steps import SGD, LocalSteps, start_minus_message
+from delaylab.algos.periodic.common import PeriodicState, broadcast, check_local_steps, init_state, local_steps_arg, uniform_mean
 
 
 def quantise_uniform(x: jax.Array, bits) -> jax.Array:

@@ -15,11 +15,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from algos import _checks
-from algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm, state_params
-from algos.local_steps import LocalSteps, check_outer_and_inner
-from algos.periodic.common import PeriodicState, RoundPoint, broadcast, check_local_steps, init_state, local_steps_arg
-from algos.periodic.local_sgd import local_apply
+from delaylab.algos import _checks
+from delaylab.algos.base import Algorithm, Event, HParams, Params, Server, Worker, algorithm, state_params
+from delaylab.algos.local_steps import LocalSteps, check_outer_and_inner
+from delaylab.algos.periodic.common import PeriodicState, RoundPoint, broadcast, check_local_steps, init_state, local_steps_arg
+from delaylab.algos.periodic.local_sgd import local_apply
 
 COINS = ("shared", "per_worker")
 

@@ -14,14 +14,14 @@ speeds (slowdowns, stalls) wrap a timing model (:class:`SlowdownTiming`). Failur
 transform that marks some arrivals as lost.
 """
 
-from sim.schedules.dispatch import (asynchronous, backup_workers, barrier, fixed_computation, hierarchical,
+from delaylab.sim.schedules.dispatch import (asynchronous, backup_workers, barrier, fixed_computation, hierarchical,
                                     random_durations, stale_synchronous, synchronous)
-from sim.schedules.failures import outage_blocks, with_failures, with_outages
-from sim.schedules.schedule import Schedule
-from sim.schedules.time_bounded import time_bounded_rounds
-from sim.schedules.timing import (NOISE_KINDS, ExampleCostTiming, FixedTiming, RandomTiming, SlowdownTiming, Timing,
+from delaylab.sim.schedules.failures import outage_blocks, with_failures, with_outages
+from delaylab.sim.schedules.schedule import Schedule
+from delaylab.sim.schedules.time_bounded import time_bounded_rounds
+from delaylab.sim.schedules.timing import (NOISE_KINDS, ExampleCostTiming, FixedTiming, RandomTiming, SlowdownTiming, Timing,
                                   TraceTiming, job_keys)
-from sim.schedules.traces import from_trace, read_trace
+from delaylab.sim.schedules.traces import from_trace, read_trace
 
 __all__ = ["NOISE_KINDS", "ExampleCostTiming", "FixedTiming", "RandomTiming", "Schedule", "SlowdownTiming", "Timing",
            "TraceTiming", "asynchronous", "backup_workers", "barrier", "fixed_computation", "from_trace", "hierarchical",

@@ -13,9 +13,9 @@ import math
 
 import numpy as np
 
-from sim.schedules.schedule import Schedule, _check_count, _short, _versions_async, _versions_barrier
-from sim.schedules.timing import FixedTiming, RandomTiming, SlowdownTiming, Timing, TraceTiming, _advance, _finish_time, _job_key
-from theory.hierarchy import check_levels, check_warmup, sync_level
+from delaylab.sim.schedules.schedule import Schedule, _check_count, _short, _versions_async, _versions_barrier
+from delaylab.sim.schedules.timing import FixedTiming, RandomTiming, SlowdownTiming, Timing, TraceTiming, _advance, _finish_time, _job_key
+from delaylab.theory.hierarchy import check_levels, check_warmup, sync_level
 
 
 def asynchronous(timing: Timing, *, num_events: int | None, description: str = "") -> Schedule:

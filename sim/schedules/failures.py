@@ -8,7 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
-from sim.schedules.schedule import Schedule, _versions_async, _versions_barrier, _versions_tagged
+from delaylab.sim.schedules.schedule import Schedule, _versions_async, _versions_barrier, _versions_tagged
 
 
 def with_failures(

@@ -8,7 +8,7 @@ import hashlib
 
 import numpy as np
 
-from theory.arguments import as_numbers
+from delaylab.theory.arguments import as_numbers
 
 
 # --- validation helpers ---------------------------------------------------------------------

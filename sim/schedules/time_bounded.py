@@ -7,9 +7,9 @@ import math
 
 import numpy as np
 
-from sim.schedules.dispatch import _Jobs
-from sim.schedules.schedule import Schedule, _check_count, _versions_tagged
-from sim.schedules.timing import Timing, _job_key
+from delaylab.sim.schedules.dispatch import _Jobs
+from delaylab.sim.schedules.schedule import Schedule, _check_count, _versions_tagged
+from delaylab.sim.schedules.timing import Timing, _job_key
 
 
 def time_bounded_rounds(timing: Timing, *, num_rounds: int, poll: float = 4.0, min_results: int = 1,

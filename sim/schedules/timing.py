@@ -14,7 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
-from sim.schedules.schedule import _check_count, _check_taus, _short, as_numbers
+from delaylab.sim.schedules.schedule import _check_count, _check_taus, _short, as_numbers
 
 NOISE_KINDS = ("exponential", "lognormal", "uniform", "halfnormal")
 
@@ -252,7 +252,7 @@ class ExampleCostTiming:
         """[jobs, draws] indices into worker ``worker``'s shard that its jobs 0..jobs−1 draw."""
         import jax
 
-        from sim.sampling import sample_indices
+        from delaylab.sim.sampling import sample_indices
 
         m = self.costs.shape[1]
         ks = job_keys(self.key, worker, jobs, self.steps)

@@ -9,9 +9,9 @@ import os
 
 import numpy as np
 
-from sim.schedules.dispatch import asynchronous
-from sim.schedules.schedule import Schedule, _check_count, _versions_async
-from sim.schedules.timing import TraceTiming
+from delaylab.sim.schedules.dispatch import asynchronous
+from delaylab.sim.schedules.schedule import Schedule, _check_count, _versions_async
+from delaylab.sim.schedules.timing import TraceTiming
 
 
 def read_trace(path: str | os.PathLike) -> TraceTiming:

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-import algos
+from delaylab import algos
 
 SETTING_TAUS = (1.0, 2.0, 3.0, 5.0)  # the four workers' job durations of every setting below
 SCHEDULE_KINDS = ("async", "barrier", "hierarchical", "ssp", "time_bounded")
@@ -65,7 +65,7 @@ class Method:
 
 
 def _methods() -> dict:
-    from algos import elastic as ea
+    from delaylab.algos import elastic as ea
 
     taus = np.asarray(SETTING_TAUS)
     sgd1 = dict(to="minibatch_sgd", workers=1)  # one worker: plain SGD (a barrier round of one)

@@ -9,7 +9,7 @@ import optax
 import pytest
 from jax.flatten_util import ravel_pytree
 
-from algos import adahessian as ah
+from delaylab.algos import adahessian as ah
 
 
 def _small_model():

@@ -10,9 +10,8 @@ import jax
 import numpy as np
 import pytest
 
-import algos
-import sim
-from sim import engine, schedules
+from delaylab import algos, sim
+from delaylab.sim import engine, schedules
 from tests.conftest import rel_err
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -151,7 +150,7 @@ def test_bad_corrections_are_refused_before_compiling():
     with pytest.raises(ValueError, match="already asgd's"):
         algos.server_correction(algos.asgd(stepsize=0.1), algos.Correction(DC.delay_compensation),
                                 hparams={"stepsize": 0.2})
-    with pytest.raises(TypeError, match="algos.Correction"):
+    with pytest.raises(TypeError, match="delaylab.algos.Correction"):
         algos.server_correction(algos.asgd(stepsize=0.1), DC.delay_compensation)
-    with pytest.raises(ValueError, match="threshold must be positive"):
+    with pytest.raises(ValueError, match="clipped_asgd: threshold must be positive"):
         algos.clipped(algos.asgd(stepsize=0.1), threshold=-1.0)

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import sim
-from algos import elastic as ea
-from algos.base import Event
-from sim import schedules
+from delaylab import sim
+from delaylab.algos import elastic as ea
+from delaylab.algos.base import Event
+from delaylab.sim import schedules
 
 N, D = 3, 4
 TAUS = np.array([1.0, 1.3, 2.1])
@@ -310,7 +310,7 @@ def test_without_failures_deahes_o_at_its_default_reading_is_eahes_o():
     mean h1 stays within 10% of α; the reading without a dead zone (ramp from a = 0, cap 1) fires
     on the trend's ordinary fluctuations (mean h1 above 1.3 α), so the check can fail."""
     from delaylab import claims as V
-    from sim.models import mlp_classifier
+    from delaylab.sim.models import mlp_classifier
 
     P, rounds, alpha = 4, 40, 0.1
     rng = np.random.default_rng(0)

@@ -4,10 +4,9 @@ import jax
 import numpy as np
 import pytest
 
-import algos
-import sim
-from sim import schedules
-from sim.reference import loop_minibatch_sgd, quadratic_gradient
+from delaylab import algos, sim
+from delaylab.sim import schedules
+from delaylab.sim.reference import loop_minibatch_sgd, quadratic_gradient
 from tests.conftest import rel_err
 
 

@@ -7,10 +7,9 @@ import jax
 import numpy as np
 import pytest
 
-import algos
-import sim
-from sim import schedules
-from sim.reference import quadratic_gradient
+from delaylab import algos, sim
+from delaylab.sim import schedules
+from delaylab.sim.reference import quadratic_gradient
 from tests.conftest import rel_err
 
 
@@ -137,7 +136,7 @@ def test_fedstrag_refuses_schedules_it_cannot_follow():
     sched = schedules.time_bounded_rounds(schedules.FixedTiming(np.array([1.0, 3.0, 10.0])), num_rounds=6, poll=2.0)
     with pytest.raises(ValueError, match=r"a client 5 broadcasts behind, but the server keeps 2; pass history="):
         sim.run(algos.fedstrag(local_stepsize=0.1, history=2), prob, sched, key=jax.random.key(0))
-    with pytest.raises(ValueError, match="build it with sim.schedules.time_bounded_rounds"):
+    with pytest.raises(ValueError, match="build it with (delaylab.)?sim.schedules.time_bounded_rounds"):
         sim.run(algos.fedstrag(local_stepsize=0.1, history=2), prob, schedules.fixed_computation([1.0, 2.0, 3.0], num_events=9),
                 key=jax.random.key(0))
     with pytest.raises(ValueError, match="weighting must be one of"):

@@ -4,10 +4,9 @@ import jax
 import numpy as np
 import pytest
 
-import algos
-import sim
-from sim import schedules
-from sim.reference import quadratic_gradient
+from delaylab import algos, sim
+from delaylab.sim import schedules
+from delaylab.sim.reference import quadratic_gradient
 from tests.conftest import rel_err
 
 
@@ -75,7 +74,7 @@ def test_fedasync_refuses_bad_hyperparameters():
 
 
 def _loop_hierarchical(A, b, steps, lr, levels, warmup):
-    from theory.hierarchy import check_levels, sync_level
+    from delaylab.theory.hierarchy import check_levels, sync_level
 
     lv = check_levels(levels, b.shape[0])
     Y = np.zeros(b.shape)

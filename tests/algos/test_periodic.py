@@ -6,12 +6,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import algos
-import sim
-from algos import periodic
-from sim import schedules
-from sim.problems import Problem, ProblemFns
-from sim.reference import quadratic_gradient
+from delaylab import algos, sim
+from delaylab.algos import periodic
+from delaylab.sim import schedules
+from delaylab.sim.problems import Problem, ProblemFns
+from delaylab.sim.reference import quadratic_gradient
 from tests.conftest import rel_err
 
 

@@ -20,8 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import sim
-from sim import engine, schedules
+from delaylab import sim
+from delaylab.sim import engine, schedules
 from tests.algos.methods import METHODS, SETTING_TAUS
 
 
@@ -32,8 +32,8 @@ def _compiles() -> int:
 @functools.cache
 def _problem(workers: int, network: bool, dtype):
     if network:
-        from sim.data import digits
-        from sim.models import mlp_classifier
+        from delaylab.sim.data import digits
+        from delaylab.sim.models import mlp_classifier
 
         ds = digits()
         return mlp_classifier(ds.x_train[:160], ds.y_train[:160], num_workers=workers, split="iid", hidden=8,

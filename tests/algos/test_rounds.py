@@ -3,10 +3,9 @@
 import jax
 import numpy as np
 
-import algos
-import sim
-from sim import schedules
-from sim.reference import heap_server, quadratic_gradient
+from delaylab import algos, sim
+from delaylab.sim import schedules
+from delaylab.sim.reference import heap_server, quadratic_gradient
 from tests.conftest import rel_err
 
 TAUS = np.array([1.0, 1.75, 2.25, 4.125])  # dyadic: the heap's running sums equal k·τ_i exactly

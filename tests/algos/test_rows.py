@@ -14,9 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import algos
-from algos.base import Algorithm, Server, Worker, algorithm
-from sim import engine, problems, schedules
+from delaylab import algos
+from delaylab.algos.base import Algorithm, Server, Worker, algorithm
+from delaylab.sim import engine, problems, schedules
 
 N, D = 6, 37  # D: a size nothing else in the program has
 

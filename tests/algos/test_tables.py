@@ -4,10 +4,9 @@ import jax
 import numpy as np
 import pytest
 
-import algos
-import sim
-from sim import schedules
-from sim.reference import heap_server, quadratic_gradient
+from delaylab import algos, sim
+from delaylab.sim import schedules
+from delaylab.sim.reference import heap_server, quadratic_gradient
 from tests.conftest import rel_err
 
 TAUS = np.array([1.0, 1.5, 2.0, 5.0])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from delaylab import claims, cli
-from paper_figures import bias_networks as bn
+from delaylab.paper_figures import bias_networks as bn
 
 pytestmark = pytest.mark.slow  # the end-to-end test compiles two programs (tests/conftest.py)
 

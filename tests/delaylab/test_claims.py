@@ -38,7 +38,7 @@ def _synthetic_readings_data(oracle_loss):
     """deahes_readings' data for 4 seeds, built by hand: baselines at fixed losses, the oracle at
     ``oracle_loss``, every DEAHES-O reading 0.004 above the oracle (inside the 2% margin of 0.5);
     a jitter per seed shared by its runs, and a smaller one per run."""
-    from paper_figures import deahes_readings as R
+    from delaylab.paper_figures import deahes_readings as R
 
     rng = np.random.default_rng(0)
     base = {"EASGD": 2.0, "EAMSGD": 1.9, "EAHES": 1.0, "EAHES-O": 0.9}
@@ -64,7 +64,7 @@ def _synthetic_readings_data(oracle_loss):
 
 
 def test_readings_verdicts_follow_the_paired_differences():
-    from paper_figures import deahes_readings as R
+    from delaylab.paper_figures import deahes_readings as R
 
     good = _synthetic_readings_data(oracle_loss=0.5)  # the oracle best, DEAHES-O next to it
     got = R.claims(good, "suppressed", "outages", R.DEFAULT_READING, "full reset")
@@ -170,9 +170,9 @@ def test_ratio_below_is_judged_on_log_ratios():
 
 
 def test_a_seed_resamples_the_split_the_timing_and_the_initial_model():
-    from sim.data import split_dirichlet
-    from sim.models import mlp_classifier
-    from sim.schedules.timing import RandomTiming
+    from delaylab.sim.data import split_dirichlet
+    from delaylab.sim.models import mlp_classifier
+    from delaylab.sim.schedules.timing import RandomTiming
 
     sources = ("split", "timing", "init", "minibatches")
     s0, s1 = V.seed_sources(0, sources), V.seed_sources(1, sources)

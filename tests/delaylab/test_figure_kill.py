@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 SCRIPT = """
 import sys
 from delaylab import cli
-from paper_figures import hetero_difficulty as hd
+from delaylab.paper_figures import hetero_difficulty as hd
 hd.PRESETS["test"] = hd.Preset("test", train=600, test=200, pool=1, hidden=8, batch=4, workers=8, events=1500,
                                seeds=2, step=0.05)
 sys.exit(cli.main(["figure", "hetero-difficulty", "--preset", "test", "--out", sys.argv[1]]))
@@ -53,7 +53,7 @@ def test_a_killed_figure_resumes_to_the_same_outputs(tmp_path, monkeypatch):
     whole, killed = str(tmp_path / "whole"), str(tmp_path / "killed")
     # the uninterrupted run in this process (the suite's XLA settings, as the subprocesses have)
     from delaylab import cli
-    from paper_figures import hetero_difficulty as hd
+    from delaylab.paper_figures import hetero_difficulty as hd
 
     monkeypatch.setitem(hd.PRESETS, "test", hd.Preset("test", train=600, test=200, pool=1, hidden=8, batch=4,
                                                       workers=8, events=1500, seeds=2, step=0.05))

@@ -7,9 +7,8 @@ import os
 import numpy as np
 import pytest
 
-import paper_figures
-from delaylab import cli
-from paper_figures import _figure
+from delaylab import paper_figures, cli
+from delaylab.paper_figures import _figure
 
 pytestmark = pytest.mark.slow  # holds tests of 10 s or more: run first (tests/conftest.py)
 
@@ -133,7 +132,7 @@ def _run_small(name, preset, tmp_path, monkeypatch):
 
 
 def test_r2_weights_follow_step_mass(tmp_path, monkeypatch):
-    from paper_figures import r2_implicit_weights as r2
+    from delaylab.paper_figures import r2_implicit_weights as r2
 
     _run_small("r2", r2.Preset("test", events=10_000), tmp_path, monkeypatch)
     rows = np.genfromtxt(tmp_path / "r2_implicit_weights.csv", delimiter=",", names=True, dtype=None, encoding="utf-8")
@@ -151,9 +150,8 @@ def test_r6_tuned_times_and_the_floor_ratio(tmp_path, monkeypatch):
     take what staleness adds."""
     import jax
 
-    import sim
-    from delaylab import claims
-    from paper_figures import r6_homogeneous as r6
+    from delaylab import sim, claims
+    from delaylab.paper_figures import r6_homogeneous as r6
 
     monkeypatch.setattr(r6, "METHODS", r6.CLAIM)
     preset = r6.Preset("test", workers=24, dim=20, events=6_000, tune_seeds=2, report_seeds=3, eps=(0.01,), max_extend=1,
@@ -185,7 +183,7 @@ def test_r6_tuned_times_and_the_floor_ratio(tmp_path, monkeypatch):
 
 
 def test_r3_floors_match_small_step_formula(tmp_path, monkeypatch):
-    from paper_figures import r3_noise_floor as r3
+    from delaylab.paper_figures import r3_noise_floor as r3
 
     # the quick preset's run length (shorter ones miss by up to 7%: measured), its steps up to 0.004
     _run_small("r3", r3.Preset("test", (0.002, 0.004), (1.0,), seeds=2, events=150_000), tmp_path, monkeypatch)
@@ -216,7 +214,7 @@ def _r4_setting(slope, seeds: int = 5, noise: float = 0.02) -> dict:
 
 @pytest.mark.parametrize("slope,verdict", [(0.0, "holds"), (0.5, "does not hold")])
 def test_r4_ratio_verdict_reads_the_slope_of_the_log_ratio(slope, verdict):
-    from paper_figures import r4_time_to_eps as r4
+    from delaylab.paper_figures import r4_time_to_eps as r4
 
     c = r4.ratio_claim(_r4_setting(slope))
     assert c["verdict"] == verdict
@@ -228,7 +226,7 @@ def test_r4_ratio_verdict_reads_the_slope_of_the_log_ratio(slope, verdict):
 
 
 def test_r4_an_edge_step_or_a_level_only_malenia_reaches_makes_the_verdict_inconclusive():
-    from paper_figures import r4_time_to_eps as r4
+    from delaylab.paper_figures import r4_time_to_eps as r4
 
     st = _r4_setting(0.0)
     st["methods"]["Malenia"][-1].update(interior=False, edge="lower", step=0.003)
@@ -243,7 +241,7 @@ def test_r4_an_edge_step_or_a_level_only_malenia_reaches_makes_the_verdict_incon
 
 
 def test_r4_runs_through_the_cli_with_steps_that_bracket(tmp_path, monkeypatch):
-    from paper_figures import r4_time_to_eps as r4
+    from delaylab.paper_figures import r4_time_to_eps as r4
 
     # each horizon compiles a program of its own: one horizon for every ε (the test checks the
     # pipeline and the bracketing, not the times)
@@ -276,8 +274,8 @@ def test_r5_seeds_resample_every_source_and_a_part_is_a_direct_run(tmp_path, mon
     parts without running anything, redraws to the same text."""
     import jax
 
-    import sim
-    from paper_figures import r5_mnist
+    from delaylab import sim
+    from delaylab.paper_figures import r5_mnist
 
     tiny = r5_mnist.Preset("tiny", horizon=20.0, tune_seeds=1, report_seeds=2, train_size=600, log_points=4,
                            max_extend=1, test_size=200)
@@ -340,7 +338,7 @@ def _r5_synthetic(logf: dict, interior=True) -> dict:
 
 
 def test_r5_ranking_verdict_is_paired_over_seeds_and_gated_by_edges():
-    from paper_figures import r5_mnist
+    from delaylab.paper_figures import r5_mnist
 
     rng = np.random.default_rng(0)
     seed_effect = rng.normal(0.0, 1.0, 6)  # shared by the methods on a seed: the pairing removes it
@@ -360,7 +358,7 @@ def test_r5_ranking_verdict_is_paired_over_seeds_and_gated_by_edges():
 
 
 def test_r5_control_timing_is_exact_and_bad_timing_is_refused():
-    from paper_figures import r5_mnist
+    from delaylab.paper_figures import r5_mnist
 
     problem, sched, _, _ = r5_mnist.build(seed=0, train_size=2000, horizon=30.0, timing="fixed", test_size=100)
     assert problem.num_workers == 100 and problem.data["y"].shape[0] == 100
@@ -375,12 +373,12 @@ def test_deahes_part_equals_a_direct_sweep_and_redraws(tmp_path, monkeypatch):
     the same text."""
     import jax
 
-    import sim
-    from algos import elastic as ea
+    from delaylab import sim
+    from delaylab.algos import elastic as ea
     from delaylab import deahes as setup
-    from paper_figures import deahes
-    from sim import schedules
-    from sim.models import cnn_classifier
+    from delaylab.paper_figures import deahes
+    from delaylab.sim import schedules
+    from delaylab.sim.models import cnn_classifier
 
     tiny = dataclasses.replace(setup.PRESETS["quick"], name="tiny", rounds=3, seeds=2, train_size=192, eval_size=96,
                                test_size=96, periods=(1, 2), resample=True)
@@ -419,7 +417,7 @@ def test_deahes_part_equals_a_direct_sweep_and_redraws(tmp_path, monkeypatch):
 def test_the_findings_verdict_table_matches_the_figures_verdict_files(tmp_path):
     """The verdict rows of docs/findings.md are the committed *.verdicts.json, not typed by hand;
     the table is rewritten between its markers only; and the README carries no verdicts."""
-    from paper_figures import table
+    from delaylab.paper_figures import table
 
     assert table.main(["--check"]) == 0
     rs = [{"stem": "x", "claim": "a | b", "verdict": "holds", "evidence": "+0.1 ± 0.2", "conditions": "c"}]

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from delaylab import cli
-from paper_figures import _hetero as lab
-from paper_figures import hetero_frontier, hetero_mitigation
-from sim import schedules
+from delaylab.paper_figures import _hetero as lab
+from delaylab.paper_figures import hetero_frontier, hetero_mitigation
+from delaylab.sim import schedules
 
 pytestmark = pytest.mark.slow  # holds tests of 10 s or more: run first (tests/conftest.py)
 
@@ -124,7 +124,7 @@ def test_matched_progress_reads_each_run_where_its_loss_reaches_the_levels():
     """Two runs on one path at different speeds: b's loss falls twice as fast, and at every loss
     level a's divergence is 3 times b's. Read at matched progress the ratio is 3 exactly, though at
     equal times it is not."""
-    from paper_figures import hetero_divergence as hd
+    from delaylab.paper_figures import hetero_divergence as hd
 
     t = np.linspace(0.0, 1.0, 201)
     loss_a, loss_b = np.exp(-t), np.exp(-2 * t)

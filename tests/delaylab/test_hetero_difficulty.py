@@ -11,7 +11,7 @@ import pytest
 from scipy import stats as sps
 
 from delaylab import claims, cli
-from paper_figures import hetero_difficulty as hd
+from delaylab.paper_figures import hetero_difficulty as hd
 
 pytestmark = pytest.mark.slow
 

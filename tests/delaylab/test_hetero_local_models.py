@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from delaylab import claims, cli
-from paper_figures import hetero_local_models as hl
+from delaylab.paper_figures import hetero_local_models as hl
 
 pytestmark = pytest.mark.slow
 

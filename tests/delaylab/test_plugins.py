@@ -32,7 +32,7 @@ def _write(tmp_path, name, body):
 
 
 GOOD = """
-    import algos
+    from delaylab import algos
     from delaylab.registry import AlgorithmEntry
 
     def make(g, s):
@@ -73,7 +73,7 @@ def test_a_module_plugin_and_an_entry_point(tmp_path, monkeypatch):
     ("def delaylab_algorithms():\n    return 3\n", "must return AlgorithmEntry objects"),
     ("from delaylab.registry import AlgorithmEntry\n"
      "def delaylab_algorithms():\n    return [AlgorithmEntry('x', lambda g, s: 'not an algorithm', 'constant', '')]\n",
-     "algorithm 'x' breaks the protocol: TypeError: an algorithm must be an algos.Algorithm"),
+     "algorithm 'x' breaks the protocol: TypeError: an algorithm must be a delaylab.algos.Algorithm"),
     ("import algos\nfrom delaylab.registry import AlgorithmEntry\n"
      "def delaylab_algorithms():\n"
      "    a = algos.asgd(stepsize=0.1)\n"

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import algos
+from delaylab import algos
 from delaylab import config as C
-from sim import problems, schedules
+from delaylab.sim import problems, schedules
 
 # derandomized (the same examples on every run, as the suite's numbers are) and no example database
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],

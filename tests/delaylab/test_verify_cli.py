@@ -26,7 +26,7 @@ NOISE_MUTANTS = ("noise-floor-x2", "noise-floor-half", "floor-ratio-max-min")
 def verified(tmp_path_factory):
     """What `delaylab verify --mutants --scenario ...` runs (the command line itself is tested
     below), with the figure the command line draws."""
-    import paper_figures
+    from delaylab import paper_figures
 
     out = tmp_path_factory.mktemp("verify") / "v"
     table = io.StringIO()
@@ -86,7 +86,7 @@ def test_verify_passes_and_writes_every_check(verified):
     env = json.loads((out / "environment.json").read_text())
     assert env["x64"] is True and "jax" in env["packages"] and "convolution" in env
     assert "averaged over the second half): holds." in (out / "fig_a.txt").read_text()
-    from sim import store
+    from delaylab.sim import store
 
     m = store.read_metrics(str(out / "runs"), name="toy-1d-asgd")
     assert m["loss"].shape == m["time"].shape and m["updates_per_worker"].shape[1] == 3
@@ -144,7 +144,7 @@ def test_a_mutant_no_check_sees_makes_verify_fail():
     score drops below 1 and the exit status is 1, while the registered mutant beside it is caught."""
     import dataclasses
 
-    import theory
+    from delaylab import theory
 
     invisible = mutants.Mutant("invisible", "a renamed copy of the published theory",
                                dataclasses.replace(theory.PAPER, name="invisible"))
@@ -177,7 +177,7 @@ def test_scenarios_cover_the_required_profiles():
 def test_theory_side_closed_forms_of_delay_dependent_rules():
     """The delay-dependent rules' closed-form weights under fixed computation, by hand for τ = (1, 2):
     one period (H = 2) has arrivals w0@1 (δ = 1), w0@2 (δ = 0), w1@2 (δ = 2) (theory.orbit)."""
-    import theory
+    from delaylab import theory
 
     q = theory.PAPER.closed_form_weights("staleness_aware", 1.0, [1.0, 2.0])
     # w0: steps 1/max(1,1) and 1/max(1,0) = 1, 1 over 2 time units; w1: 1/2 over 2 time units
@@ -190,7 +190,7 @@ def test_theory_side_closed_forms_of_delay_dependent_rules():
 
 def test_a_new_methods_step_rule_gets_the_same_theory_as_a_named_one():
     """theory.StepRule (a notebook's rule) goes through the same formulas as the named rules."""
-    import theory
+    from delaylab import theory
 
     taus = np.array([1.0, 2.0, 3.0])
     aware = theory.StepRule("aware", delay_step=lambda g, n, d: g / np.maximum(1.0, d))
@@ -210,7 +210,7 @@ def test_aperiodic_schedule_goes_through_the_replay_and_can_fail():
     passes; a wrong one (weights ∝ 1/τ²) fails the same rows. Small, so the path runs in seconds."""
     import jax
 
-    import sim
+    from delaylab import sim
 
     jax.config.update("jax_enable_x64", True)
     sc = scenarios.Scenario("aperiodic", "τ = (1, √2, √3), n = 3, d = 2",

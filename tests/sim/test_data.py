@@ -6,7 +6,7 @@ import pytest
 
 from tests.conftest import needs_fashion_mnist
 
-from sim import data
+from delaylab.sim import data
 
 
 def _write_idx(path, arr, gz):

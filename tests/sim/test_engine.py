@@ -8,10 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import algos
-import sim
-from sim import engine, schedules
-from sim.reference import heap_asgd
+from delaylab import algos, sim
+from delaylab.sim import engine, schedules
+from delaylab.sim.reference import heap_asgd
 from tests.conftest import rel_err
 
 
@@ -248,7 +247,7 @@ def test_least_squares_is_the_quadratic_it_claims():
     for i in range(3):
         _, g = prob.fns.value_and_grad(prob.data, jnp.asarray(x), i, jax.random.key(0))
         np.testing.assert_allclose(g, A[i] @ (x - b[i]), rtol=1e-9, atol=1e-12)
-    import theory
+    from delaylab import theory
 
     np.testing.assert_allclose(prob.minimiser, theory.quadratic_fixed_point(A, b, np.ones(3)), rtol=1e-9)
 
@@ -300,7 +299,7 @@ def test_one_event_per_block_plan_is_the_schedule_in_chunks(events, log_every):
     """The plan the CPU uses (block size 1, laid out without walking the events): chunk c holds
     events c·L … min((c+1)·L, E) − 1 in order, one per block, the rest padding; built here by plain
     loops."""
-    from sim.blocks import plan_blocks
+    from delaylab.sim.blocks import plan_blocks
 
     sched = schedules.fixed_computation([1.0, 2.0, 3.0], num_events=events)
     chunks = [list(range(c, min(c + log_every, events))) for c in range(0, events, log_every)]

@@ -3,9 +3,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import algos
-import sim
-from sim import data, models, schedules
+from delaylab import algos, sim
+from delaylab.sim import data, models, schedules
 
 pytestmark = pytest.mark.slow  # holds tests of 10 s or more: run first (tests/conftest.py)
 

@@ -27,8 +27,8 @@ pid, n, port, out, events, heartbeat = int(sys.argv[1]), int(sys.argv[2]), sys.a
 if n > 1:
     jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=n, process_id=pid,
                                initialization_timeout=60, heartbeat_timeout_seconds=heartbeat)
-import algos, sim
-from sim import problems, schedules
+from delaylab import algos, sim
+from delaylab.sim import problems, schedules
 assert jax.device_count() == n and jax.local_device_count() == 1
 prob = problems.random_quadratic(4, 6, seed=1, noise=0.3)
 sched = schedules.fixed_computation(np.array([1.0, 2.0, 3.0, 4.0]), num_events=events)

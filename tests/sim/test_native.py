@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sim import models, native
+from delaylab.sim import models, native
 
 needs_lib = pytest.mark.skipif(not native.available() and os.environ.get("DELAYLAB_REQUIRE_NATIVE") != "1",
                                reason=f"native convolution unavailable: {native.status()}")

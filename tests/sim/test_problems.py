@@ -3,8 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import sim
-import theory
+from delaylab import sim, theory
 
 
 def test_quadratic_oracle_is_gradient_of_loss():
@@ -98,7 +97,7 @@ def test_nonconvex_quadratic_is_nonconvex_with_exact_heterogeneity():
     import jax
     import jax.numpy as jnp
 
-    from sim.problems import nonconvex_quadratic
+    from delaylab.sim.problems import nonconvex_quadratic
 
     prob = nonconvex_quadratic(5, 4, penalty=4.0, heterogeneity=0.7, noise=0.0, seed=3, dtype=jnp.float64)
     f = prob.fns
@@ -129,7 +128,7 @@ def test_weighted_gradient_against_closed_form_and_per_worker_gradients():
     the q-weighted mean of each worker's full-shard gradient from its own value_and_grad."""
     import jax
 
-    from sim import models
+    from delaylab.sim import models
 
     quad = sim.problems.random_quadratic(3, 4, condition=3.0, spread=2.0, seed=4, dtype=jnp.float64)
     A, b = quad.curvature

@@ -9,12 +9,11 @@ import jax
 import numpy as np
 import pytest
 
-import algos
-import sim
-from sim import schedules
+from delaylab import algos, sim
+from delaylab.sim import schedules
 
 ray = pytest.importorskip("ray")
-from sim import real  # noqa: E402
+from delaylab.sim import real  # noqa: E402
 
 pytestmark = pytest.mark.slow  # holds tests of 10 s or more: run first (tests/conftest.py)
 

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from sim import schedules
-from sim.reference import heap_asgd
+from delaylab.sim import schedules
+from delaylab.sim.reference import heap_asgd
 
 
 def test_fixed_clock_is_k_tau():
@@ -257,7 +257,7 @@ def _cost_revealing_problem(costs, batch):
     worker's coordinate: ASGD with step 1 then accumulates −Σ cost per worker."""
     import jax.numpy as jnp
 
-    from sim.problems import Problem, ProblemFns, worker_batch
+    from delaylab.sim.problems import Problem, ProblemFns, worker_batch
 
     n = costs.shape[0]
 
@@ -273,8 +273,7 @@ def _cost_revealing_problem(costs, batch):
 def test_example_cost_durations_are_the_cost_of_the_examples_the_run_draws(dispatch):
     import jax
 
-    import algos
-    import sim
+    from delaylab import algos, sim
 
     rng = np.random.default_rng(0)
     costs = rng.integers(1, 50, size=(3, 37)).astype(float)  # e.g. sequence lengths
@@ -388,8 +387,7 @@ def test_head_is_the_run_stopped_after_k_events():
     head of a round-based schedule must end a round."""
     import jax
 
-    import algos
-    import sim
+    from delaylab import algos, sim
 
     taus = np.array([1.0, 1.0, 1.3, 2.0])
     groups = algos.groups_by_speed(taus, 2)

@@ -8,11 +8,10 @@ import jax
 import numpy as np
 import pytest
 
-import algos
-import sim
-from sim import checkpoint as ckpt
-from sim import schedules
-from sim.progress import Progress, ProgressBar
+from delaylab import algos, sim
+from delaylab.sim import checkpoint as ckpt
+from delaylab.sim import schedules
+from delaylab.sim.progress import Progress, ProgressBar
 
 
 def _same(a, b) -> bool:

@@ -18,9 +18,9 @@ SCRIPT = textwrap.dedent("""
     import json, os, tempfile
     import jax, numpy as np
     jax.config.update("jax_enable_x64", True)
-    import algos, sim
-    from sim import schedules
-    from sim.models import mlp_classifier
+    from delaylab import algos, sim
+    from delaylab.sim import schedules
+    from delaylab.sim.models import mlp_classifier
 
     def same(a, b):
         la, lb = jax.tree.leaves(a), jax.tree.leaves(b)

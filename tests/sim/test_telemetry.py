@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sim import telemetry as T
+from delaylab.sim import telemetry as T
 
 
 def np_cka_features(x, y):  # Kornblith et al. (2019), feature-space form
@@ -124,7 +124,7 @@ def test_per_layer_gradient_statistics_equal_numpy():
 
 
 def test_activations_of_a_flax_mlp_and_realised_shares():
-    from sim.models import MLP
+    from delaylab.sim.models import MLP
 
     rng = np.random.default_rng(4)
     module = MLP(hidden=6, classes=3)
@@ -143,10 +143,9 @@ def test_activations_of_a_flax_mlp_and_realised_shares():
 def test_worker_spread_at_the_log_points_of_hierarchical_sgd():
     """Logged inside the compiled run, against a plain loop: zero consensus distance after every
     global average (steps divisible by 3), the loop's Ξ² and drift from the mean in between."""
-    import algos
-    import sim
-    from sim import schedules
-    from sim.reference import quadratic_gradient
+    from delaylab import algos, sim
+    from delaylab.sim import schedules
+    from delaylab.sim.reference import quadratic_gradient
 
     prob = sim.problems.random_quadratic(4, 3, seed=1)
     A, b = prob.curvature
@@ -189,10 +188,9 @@ def test_representations_at_the_log_points_equal_numpy():
     """On an MLP trained by hierarchical SGD (workers hold their own models): the logged CKA
     against the server model, the specialisation index, minibatch CKA and the per-layer gradient
     statistics at the last log point, against NumPy on the final worker models."""
-    import algos
-    import sim
-    from sim import schedules
-    from sim.models import MLP
+    from delaylab import algos, sim
+    from delaylab.sim import schedules
+    from delaylab.sim.models import MLP
 
     rng = np.random.default_rng(0)
     images, labels = rng.normal(size=(240, 3, 3)), rng.integers(0, 3, 240)
@@ -229,9 +227,8 @@ def test_representations_at_the_log_points_equal_numpy():
 
 def test_shard_loss_matrix_equals_a_loop_over_workers_and_shards():
     """On ASGD over quadratics: entry (i, j) at the last log point is F_j at worker i's point."""
-    import algos
-    import sim
-    from sim import schedules
+    from delaylab import algos, sim
+    from delaylab.sim import schedules
 
     prob = sim.problems.random_quadratic(3, 2, seed=5)
     A, b = prob.curvature
@@ -252,7 +249,7 @@ def test_shard_loss_matrix_equals_a_loop_over_workers_and_shards():
 
 
 def test_worker_timing_by_hand():
-    from sim import schedules
+    from delaylab.sim import schedules
 
     # async, τ = (1, 3), 4 events: worker 0 at 1, 2, 3; worker 1 at 3 (after 0's third)
     s = schedules.fixed_computation([1.0, 3.0], num_events=4)
@@ -278,7 +275,7 @@ def test_worker_timing_by_hand():
 
 
 def test_worker_timing_leaves_out_the_releases_of_a_staleness_bound():
-    from sim import schedules
+    from delaylab.sim import schedules
 
     s = schedules.stale_synchronous(schedules.FixedTiming(np.array([1.0, 3.0])), num_jobs=6, groups=[0, 0], bound=1)
     r = T.worker_timing(s)  # worker 0 computes 4 × 1 of 7 time units, waits the rest; worker 1 6 of 7
@@ -292,11 +289,10 @@ def test_after_local_steps_runs_each_workers_own_job_from_its_point():
     worker's point on its own noisy quadratic, step k on fold_in(fold_in(key(seed), i), k). It reads
     the job and the hyperparameters from the run (sim.core.Workers), so runs with other values
     share its compiled program."""
-    import algos
-    import sim
-    from algos import elastic as ea
-    from sim import engine, problems, schedules
-    from sim.core import Workers
+    from delaylab import algos, sim
+    from delaylab.algos import elastic as ea
+    from delaylab.sim import engine, problems, schedules
+    from delaylab.sim.core import Workers
 
     prob = problems.random_quadratic(3, 4, seed=2, noise=0.3)
     alg = algos.async_local_sgd(stepsize=0.5, local_stepsize=0.1, local_steps=3)

@@ -3,10 +3,8 @@
 import jax
 import numpy as np
 
-import algos
-import sim
-import theory
-from sim import schedules
+from delaylab import algos, sim, theory
+from delaylab.sim import schedules
 
 
 def _tail(alg, prob, sched, **kw):

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-import theory
+from delaylab import theory
 
 KW = dict(L=2.0, delta=3.0, sigma2=4.0, eps=0.01)
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-import theory
+from delaylab import theory
 
 
 def _quad(seed=0, n=4, d=3):

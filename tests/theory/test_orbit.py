@@ -1,14 +1,14 @@
 import numpy as np
 import pytest
 
-import theory
-from sim.reference import heap_asgd
+from delaylab import theory
+from delaylab.sim.reference import heap_asgd
 
 
 def test_hyperperiod_order_and_staleness_by_hand():
     ev = theory.hyperperiod_events([1, 2])
     assert ev == [(1, 0), (2, 0), (2, 1)]
-    from theory.orbit import steady_staleness
+    from delaylab.theory.orbit import steady_staleness
 
     # w0 at 1: previous w0 at 0 (= 2 of the last period), w1 arrived in between -> 1
     # w0 at 2: nothing in between -> 0; w1 at 2: previous w1 at 0, then w0@1, w0@2 -> 2
@@ -73,8 +73,8 @@ def test_orbit_rejects_non_integer_taus_and_large_steps():
 def test_vectorised_staleness_matches_the_definition():
     """cyclic_staleness against the definition, arrivals strictly between a worker's two arrivals
     counted by hand; arrival_staleness against the schedule's own staleness (sim.schedules)."""
-    import sim
-    from theory.orbit import arrival_staleness, cyclic_staleness
+    from delaylab import sim
+    from delaylab.theory.orbit import arrival_staleness, cyclic_staleness
 
     ev = theory.hyperperiod_events([2, 3, 4])
     workers = [i for _, i in ev]
@@ -92,7 +92,7 @@ def test_replay_over_whole_periods_equals_the_orbit():
     """The replayed dynamics (theory.orbit.replayed_averages), started at 0 and averaged over the
     second half of 400 whole hyperperiods, equals the periodic orbit's average; two step sequences
     at once."""
-    from theory.orbit import cyclic_staleness, hyperperiod_arrays, replayed_averages
+    from delaylab.theory.orbit import cyclic_staleness, hyperperiod_arrays, replayed_averages
 
     d = 2
     A, b = _dense_quadratic(2, 3, d)
@@ -111,7 +111,7 @@ def test_replay_over_whole_periods_equals_the_orbit():
 
 
 def test_richardson_recovers_a_polynomial_limit():
-    from theory.orbit import richardson
+    from delaylab.theory.orbit import richardson
 
     x0, c1, c2 = np.array([1.0, -2.0]), np.array([0.3, 0.1]), np.array([-0.2, 0.5])
     xs = [x0 + c1 * h + c2 * h**2 for h in (0.1, 0.05, 0.025)]
@@ -124,8 +124,8 @@ def test_richardson_recovers_a_polynomial_limit():
 def test_arrivals_match_the_schedule_and_the_hyperperiod():
     """theory.orbit.arrivals against sim.schedules.fixed_computation's own event list (times,
     workers, tie order), for integer and irrational τ."""
-    import sim
-    from theory.orbit import arrivals, hyperperiod_arrays
+    from delaylab import sim
+    from delaylab.theory.orbit import arrivals, hyperperiod_arrays
 
     for taus in ([1.0, 2.0, 3.0, 5.0], list(np.sqrt([1.0, 2.0, 3.0]))):
         sched = sim.schedules.fixed_computation(taus, num_events=300)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-import theory
+from delaylab import theory
 
 
 def test_frequency_weights_closed_form():
