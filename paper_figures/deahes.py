@@ -23,7 +23,7 @@ from typing import Optional
 import jax
 import numpy as np
 
-from delaylab.algos import elastic as ea
+from delaylab.algos import metrics
 from delaylab.deahes import (CALIBRATION_SEED, DEAD_ZONE, FAILURE_P, HESSIAN, KAPPA, METHODS, PRESETS, WORKERS, Preset, algorithms, dataset,
                              problems, schedules_for, sweep, trend_spread)
 from delaylab.paper_figures._figure import Figure, Parts
@@ -142,7 +142,7 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
                            "diverged": np.asarray(int(np.sum(res.diverged_at >= 0))),
                            "round": np.asarray(res.metrics["events"]) / P}
                     if m in ("EAHES-O", "DEAHES-O"):
-                        det = ea.detection_auc(res.state)
+                        det = metrics.detection_auc(res.state)
                         got.update(auc=det["auc"], positives=det["positives"], negatives=det["negatives"])
                     return got
 

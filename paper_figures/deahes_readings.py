@@ -23,7 +23,7 @@ from typing import Optional
 import jax
 import numpy as np
 
-from delaylab.algos import elastic as ea
+from delaylab.algos import metrics
 from delaylab.deahes import ALPHA, BATCH, FAILURE_P, KAPPA, algorithms, dataset
 from delaylab.paper_figures._figure import Figure, Parts
 from delaylab.claims import FAILS, HOLDS, all_of, below, equal
@@ -139,7 +139,7 @@ def _seed_part(cfg: Preset, seed: int, data, progress: bool) -> dict:
                 if name == "DEAHES-O":
                     h1s[(semantics, fm)], ramps[(semantics, fm)] = mean_h1(res), ramp_use(res)
                 if name == "EAHES-O":
-                    aucs[(semantics, fm)] = float(ea.detection_auc(res.state)["auc"][0, 0])
+                    aucs[(semantics, fm)] = float(metrics.detection_auc(res.state)["auc"][0, 0])
             if progress:
                 print(f"  deahes-readings: seed {seed}, {semantics}, {fm}: done", flush=True)
     out.update(loss=losses, h1=h1s, ramp=ramps, auc=aucs)
