@@ -70,16 +70,22 @@ class Oracle(Protocol):
 
 
 class JobFn(Protocol):
+    """``Worker.job``: one job of one worker from the point it was handed; returns its message."""
+
     def __call__(self, hparams: HParams, point: Point, oracle: Oracle, key: jax.Array) -> Message:
         """One job of one worker, started at ``point``. Written per worker; batched by the engine."""
 
 
 class InitFn(Protocol):
+    """``Server.init``: the server state before the first arrival."""
+
     def __call__(self, hparams: HParams, params: Params, num_workers: int) -> State:
         """Server state before the first arrival, given the initial model ``params``."""
 
 
 class ApplyFn(Protocol):
+    """``Server.apply``: handle one arrival; return ``(state, next_point, stats)`` (docs/new_methods.md)."""
+
     def __call__(self, hparams: HParams, state: State, message: Message, event: Event
                  ) -> tuple[State, Point, dict[str, jax.Array]]:
         """Handle one arrival: ``(state, next_point, stats)``: the new server state, the point
@@ -88,6 +94,8 @@ class ApplyFn(Protocol):
 
 
 class ApplyRoundFn(Protocol):
+    """``Server.apply_round``: handle a round of simultaneous arrivals (docs/new_methods.md)."""
+
     def __call__(self, hparams: HParams, state: State, messages: Message, events: Event, mask: jax.Array
                  ) -> tuple[State, Point, dict[str, jax.Array]]:
         """Handle a round of simultaneous arrivals. ``messages`` and ``events`` carry a leading
@@ -96,6 +104,8 @@ class ApplyRoundFn(Protocol):
 
 
 class ValidateFn(Protocol):
+    """``Algorithm.validate``: refuse hyperparameters outside their domain."""
+
     def __call__(self, hparams: HParams, num_workers: Optional[int]) -> None:
         """Raise ``ValueError`` naming the hyperparameter for a value outside its domain.
         ``num_workers`` is None where it is not known yet (at construction): checks that need it

@@ -85,7 +85,7 @@ class RunConfig:
     """A run (or a sweep). One line per field (the flags' help):
 
     name: a label; the default output folder is out/runs/NAME
-    algorithm: a name from delaylab/registry.py (asgd, rescaled_asgd, malenia_sgd, ...)
+    algorithm: a registered name (asgd, rescaled_asgd, malenia_sgd, ...: delaylab.registry) or one a --plugin adds
     stepsize: the step size γ, or several: a sweep over them
     seed: the base PRNG seed
     seeds: runs per step size (keys split from the base seed); more than 1 makes a sweep

@@ -186,12 +186,16 @@ def _execute(cfg: C.RunConfig, folder: str, *, resume: bool, quiet: bool) -> dic
 def prepare(cfg: C.RunConfig):
     """(problem, schedule, algorithm, step grid) of ``cfg``, built as ``execute`` builds them, before
     anything is compiled or written. A value the builders refuse (they raise ValueError or TypeError
-    naming the argument), a numerical failure while building (numpy's LinAlgError) or a size that
-    does not fit in memory becomes a :class:`RunError`, one line."""
+    naming the argument), an algorithm whose halves break the protocol
+    (:func:`delaylab.sim.engine.check_contract`), a numerical failure while building (numpy's
+    LinAlgError) or a size that does not fit in memory becomes a :class:`RunError`, one line."""
+    from delaylab.sim import engine
+
     try:
         problem = C.build_problem(cfg)
         schedule = C.build_schedule(cfg)
         alg, grid = C.build_algorithm(cfg, schedule)
+        engine.check_contract(alg, problem)  # what the halves return, traced before any folder is made
     except MemoryError as err:
         raise RunError(f"the configuration does not fit in memory while building it ({err}); reduce "
                        "schedule.events, problem.dim, problem.workers or seeds") from None

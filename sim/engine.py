@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from delaylab.algos.base import Algorithm, check_protocol
+from delaylab.algos.base import Algorithm, Event, check_protocol
 from delaylab.sim import core, driver, parallel
 from delaylab.sim.blocks import BlockPlan, plan_blocks
 from delaylab.sim.core import WorkerOracle, Workers  # noqa: F401  (part of this module's API: the oracle a job is handed, the workers telemetry sees)
@@ -468,6 +468,74 @@ def _validate(alg: Algorithm, problem: Problem, schedule: Schedule) -> bool:
     return alg.server.by_round
 
 
+def _shapes(tree) -> tuple:
+    leaves, treedef = jax.tree.flatten(tree)
+    return treedef, tuple((tuple(x.shape), jnp.dtype(x.dtype)) for x in leaves)
+
+
+_CONTRACTS_CHECKED: set = set()
+
+
+def check_contract(alg: Algorithm, problem: Problem) -> None:
+    """Trace (without compiling) one job and one arrival (or a round of one) of ``alg`` on
+    ``problem``, and raise ``ValueError`` naming the algorithm when what its halves return breaks
+    the protocol of :mod:`delaylab.algos.base`: the handler must return ``(state, next_point,
+    stats)`` with the state's structure kept, a next point shaped like the worker's start point, and
+    a dict of scalar statistics (one per slot for a round). Errors the algorithm's own code raises
+    while tracing are reported the same way. Checked once per algorithm, problem and shapes."""
+    w, s = alg.worker, alg.server
+    dtype = _float_dtype_of(problem.x0)
+    hp, _ = _prepare_hparams(alg, None, dtype, batched=False, num_workers=problem.num_workers)
+    key = (alg.functions, problem.fns, problem.num_workers, _shapes(hp), _shapes(problem.x0))
+    try:
+        hash(key)
+    except TypeError:
+        key = None
+    if key is not None and key in _CONTRACTS_CHECKED:
+        return
+    n, by_round = problem.num_workers, s.by_round
+
+    def one_arrival():
+        point = w.start(hp, problem.x0)
+        state = s.init(hp, problem.x0, n)
+        message = w.job(hp, point, WorkerOracle(problem.fns, problem.data, jnp.int32(0)), jax.random.key(0))
+        event = Event(index=jnp.int32(0), worker=jnp.int32(0), time=jnp.asarray(0.0), staleness=jnp.int32(0),
+                      delivered=jnp.asarray(True), tag=jnp.int32(0), round_end=jnp.asarray(False))
+        if by_round:
+            slot = lambda t: jax.tree.map(lambda a: jnp.asarray(a)[None], t)  # noqa: E731
+            out = s.apply_round(hp, state, slot(message), slot(event), jnp.ones((1,), bool))
+        else:
+            out = s.apply(hp, state, message, event)
+        return point, state, out
+
+    handler = "apply_round" if by_round else "apply"
+    try:
+        point, state, out = jax.eval_shape(one_arrival)
+    except Exception as err:  # noqa: BLE001 - the algorithm's own code, reported in one line naming it
+        raise ValueError(f"{alg.name}: tracing one job and one arrival on this problem failed: "
+                         f"{type(err).__name__}: {' '.join(str(err).split())[:400]}") from err
+    if not isinstance(out, tuple) or len(out) != 3:
+        raise ValueError(f"{alg.name}: server.{handler} must return (state, next_point, stats); got "
+                         f"{type(out).__name__}{f' of {len(out)}' if isinstance(out, tuple) else ''}")
+    new_state, next_point, stats = out
+    if _shapes(new_state) != _shapes(state):
+        raise ValueError(f"{alg.name}: server.{handler} must return a state of the structure, shapes and dtypes "
+                         f"server.init gives; got {jax.tree.structure(new_state)} for {jax.tree.structure(state)}")
+    want = _shapes(jax.tree.map(lambda a: jax.ShapeDtypeStruct((1,) + a.shape, a.dtype), point) if by_round else point)
+    if _shapes(next_point) != want:
+        raise ValueError(f"{alg.name}: server.{handler}'s next point must have the structure and shapes of the "
+                         f"worker's start point{' (with a leading slot axis)' if by_round else ''}, "
+                         f"{jax.tree.structure(point)}; got {jax.tree.structure(next_point)}")
+    scalar = (1,) if by_round else ()
+    if not isinstance(stats, dict) or any(not hasattr(v, "shape") or tuple(v.shape) != scalar
+                                          for v in stats.values()):
+        raise ValueError(f"{alg.name}: server.{handler}'s stats must be a dict of scalars"
+                         f"{' (one per slot)' if by_round else ''}, which the engine sums per worker; got "
+                         f"{ {k: getattr(v, 'shape', type(v).__name__) for k, v in stats.items()} if isinstance(stats, dict) else type(stats).__name__}")
+    if key is not None:
+        _CONTRACTS_CHECKED.add(key)
+
+
 def _targets(problem: Problem, targets: Optional[dict], dtype) -> dict:
     out = {}
     if problem.minimiser is not None:
@@ -532,6 +600,7 @@ def _prepare(alg, problem, schedule, *, hparams, opts: Options, batched: bool, n
     arrays, tail window, targets)."""
     by_round = _validate(alg, problem, schedule)
     dtype = _float_dtype_of(problem.x0)
+    check_contract(alg, problem)
     hp, H = _prepare_hparams(alg, hparams, dtype, batched=batched, num_workers=problem.num_workers)
     log_every = opts.log_every if opts.log_every is not None else max(1, schedule.num_events // 100)
     batched_runs = (H or 1) * num_keys if opts.runs == "vmap" else 1  # the block-size choice depends on it

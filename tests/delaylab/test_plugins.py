@@ -135,3 +135,71 @@ def test_the_command_line_refuses_a_broken_plugin_before_anything_runs(tmp_path)
     out = _cli("verify", "--plugin", bad, "--scenario", "tau-i", "--no-out", cwd=str(tmp_path))
     assert out.returncode == 2
     assert out.stderr.strip() == f"delaylab verify: plugin {bad}: failed to import: ImportError: needs torch"
+
+
+MOMENTUM = """
+    from typing import NamedTuple
+    import jax, jax.numpy as jnp
+    from delaylab.algos import Server, Worker, algorithm
+    from delaylab.registry import AlgorithmEntry
+
+    class S(NamedTuple):
+        params: object
+        m: object
+
+    def init(h, x, n):
+        return S(x, jnp.zeros_like(x))
+
+    def params(s):
+        return s.params
+
+    def apply(h, s, g, e):
+        m = h["beta"] * s.m + g
+        x = s.params - h["stepsize"] * m
+        return {ret}
+
+    def make(g, sch):
+        return algorithm("momentum", {{"stepsize": g, "beta": 0.5}}, Worker(), Server(init, params, apply=apply))
+
+    def delaylab_algorithms():
+        return [AlgorithmEntry("momentum", make, None, "momentum ASGD", exact_arrival_map=False,
+                               weights_fn=lambda g, s: None)]
+"""
+
+
+@pytest.mark.parametrize("ret,expect", [
+    ("S(x, m), x", "server.apply must return (state, next_point, stats); got tuple of 2"),
+    ("(x, m), x, {}", "server.apply must return a state of the structure"),
+    ("S(x, m), S(x, m), {}", "server.apply's next point must have the structure and shapes of the worker's start point"),
+    ("S(x, m), x, {'stepsize': h['stepsize'] * x}", "server.apply's stats must be a dict of scalars"),
+    ("S(x, m), x, [h['stepsize']]", "server.apply's stats must be a dict of scalars"),
+    ("S(x, m), x, {'beta': h['bta']}", "tracing one job and one arrival on this problem failed: KeyError: 'bta'"),
+])
+def test_a_method_whose_halves_break_the_protocol_is_refused_before_a_run_folder_is_made(tmp_path, ret, expect):
+    import contextlib
+    import io
+
+    from delaylab import cli
+
+    path = _write(tmp_path, "momentum.py", MOMENTUM.format(ret=ret))
+    folder = tmp_path / "run"
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = cli.main(["run", "--plugin", path, "--algorithm", "momentum", "--schedule.events", "50", "--out",
+                       str(folder), "--quiet"])
+    assert rc == 2 and err.getvalue().count("\n") == 1, err.getvalue()
+    assert f"momentum: {expect}" in err.getvalue(), err.getvalue()
+    assert not folder.exists()
+
+
+def test_a_well_formed_momentum_plugin_runs(tmp_path):
+    import contextlib
+    import io
+
+    from delaylab import cli
+
+    path = _write(tmp_path, "momentum.py", MOMENTUM.format(ret="S(x, m), x, {'stepsize': h['stepsize']}"))
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+        rc = cli.main(["run", "--plugin", path, "--algorithm", "momentum", "--schedule.events", "50", "--out",
+                       str(tmp_path / "run"), "--quiet"])
+    assert rc == 0
