@@ -27,6 +27,9 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--scenario", action="append", help="run only this scenario (repeatable); default: all")
     v.add_argument("--list", action="store_true", help="list the scenarios and exit")
     v.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    v.add_argument("--algorithm", action="append", default=None, metavar="NAME",
+                   help="check only this algorithm (repeatable; a registered name or one a --plugin adds); "
+                        "default: all")
     v.add_argument("--step-scale", type=float, default=1.0, metavar="S",
                    help="multiply every scenario's step by S (e.g. 0.25): an O(γ) offset shrinks with it, a bias "
                         "does not (the cycle map and noise floor keep their own steps)")
@@ -240,7 +243,7 @@ def main(argv=None) -> int:
 
             return verify.run_verify(None if args.no_out else args.out, as_json=args.json,
                                      names=args.scenario, quiet=args.quiet or args.json, mutants=args.mutants,
-                                     step_scale=args.step_scale,
+                                     step_scale=args.step_scale, only=args.algorithm,
                                      figure=lambda out: paper_figures.figure("r1").write(out, quiet=True))
         except ValueError as err:
             print(f"delaylab verify: {err}", file=sys.stderr)

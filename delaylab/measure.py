@@ -211,22 +211,31 @@ def with_registered(algorithms=None) -> tuple[dict, dict]:
     return {**ALGORITHMS, **extra}, extra
 
 
-def measure(names: Iterable[str] | None = None, *, algorithms=None, progress=None, step_scale: float = 1.0) -> list:
+def measure(names: Iterable[str] | None = None, *, algorithms=None, progress=None, step_scale: float = 1.0,
+            only: Iterable[str] | None = None) -> list:
     """Run the scenarios (all, or those named) for every registered algorithm and every entry of
-    ``algorithms`` (see :func:`with_registered`). ``progress``: called with a line per scenario.
-    ``step_scale`` multiplies the steps of the quadratic and logistic scenarios (not the cycle map's
-    or the noise floor's, whose checks are exact at their own steps)."""
+    ``algorithms`` (see :func:`with_registered`), or only for the algorithms named in ``only``.
+    ``progress``: called with a line per scenario. ``step_scale`` multiplies the steps of the
+    quadratic and logistic scenarios (not the cycle map's or the noise floor's, whose checks are
+    exact at their own steps)."""
     if not (isinstance(step_scale, (int, float)) and not isinstance(step_scale, bool) and 0 < step_scale <= 1e3):
         raise ValueError(f"step_scale must be a number in (0, 1000]; got {step_scale!r}")
     entries, extra = with_registered(algorithms)
+    if only is not None:
+        only = list(only)
+        unknown = sorted(set(only) - set(entries))
+        if unknown or not only:
+            raise ValueError(f"unknown algorithm(s) {unknown or only}; registered: {sorted(entries)}")
+        entries = {k: v for k, v in entries.items() if k in only}
+        extra = {k: v for k, v in extra.items() if k in only}
     wanted = list(names or [])
     special = (ORBIT_SCENARIO, NOISE_SCENARIO)
     chosen = scenario_lib.SCENARIOS if not wanted else [scenario_lib.scenario(n) for n in wanted if n not in special]
     jobs = [(sc.name, sc.description, lambda sc=sc: measure_scenario(sc, algorithms=entries, step_scale=float(step_scale))) for sc in chosen]
     if not wanted or ORBIT_SCENARIO in wanted:
         jobs.append((ORBIT_SCENARIO, ORBIT_DESCRIPTION, lambda: measure_orbit(algorithms=entries)))
-    if not wanted or NOISE_SCENARIO in wanted:
-        pair = {name: ALGORITHMS[name] for name in NOISE_PAIR}
+    pair = {name: ALGORITHMS[name] for name in NOISE_PAIR if only is None or name in only}
+    if (not wanted or NOISE_SCENARIO in wanted) and (pair or extra):
         jobs.append((NOISE_SCENARIO, NOISE_DESCRIPTION, lambda: measure_noise_floor(algorithms={**pair, **extra})))
     out = []
     for k, (name, description, job) in enumerate(jobs, start=1):

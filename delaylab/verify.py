@@ -34,15 +34,17 @@ __all__ = [
 
 
 def verify(names: Iterable[str] | None = None, *, algorithms=None, progress=None,
-           step_scale: float = 1.0) -> list[ScenarioOutcome]:
+           step_scale: float = 1.0, only=None) -> list[ScenarioOutcome]:
     """The scenarios (all, or those named) measured and checked under the published theory, for
     every registered algorithm and every entry of ``algorithms`` (an iterable of
     :class:`delaylab.registry.AlgorithmEntry` or a dict name → entry; a name the registry holds
     for another entry is a ValueError). ``progress``: called with a line per scenario.
-    ``step_scale`` multiplies the scenarios' steps (see :func:`delaylab.measure.measure`). Runs in
+    ``step_scale`` multiplies the scenarios' steps and ``only`` names the algorithms to check (see
+    :func:`delaylab.measure.measure`). Runs in
     float64 within this call; the process-wide precision is left as it was."""
     with jax.enable_x64(True):
-        return outcomes(measure(names, algorithms=algorithms, progress=progress, step_scale=step_scale))
+        return outcomes(measure(names, algorithms=algorithms, progress=progress, step_scale=step_scale,
+                                        only=only))
 
 
 def verify_scenario(sc: scenario_lib.Scenario, *, seed: int = 0, algorithms=None) -> ScenarioOutcome:

@@ -19,7 +19,8 @@ def _progress(msg: str) -> None:
 
 
 def run_verify(out_dir: str | None, *, as_json: bool, names=None, figure=None, quiet: bool = False,
-               mutants: bool = False, mutant_list=None, algorithms=None, step_scale: float = 1.0) -> int:
+               mutants: bool = False, mutant_list=None, algorithms=None, step_scale: float = 1.0,
+               only=None) -> int:
     """The `delaylab verify` command. Returns the exit status: 0 iff every check passes (and,
     with ``mutants``, every mutant theory fails some check).
 
@@ -27,17 +28,19 @@ def run_verify(out_dir: str | None, *, as_json: bool, names=None, figure=None, q
     passes the bias toy's figure; this module draws nothing itself, since figures sit above it).
     ``mutant_list``: the :class:`delaylab.mutants.Mutant` to try (default: ``delaylab.mutants.MUTANTS``).
     ``algorithms``: entries checked beside the registered ones (see :func:`delaylab.measure.measure`).
-    ``step_scale``: multiplies the scenarios' steps (see :func:`delaylab.measure.measure`).
+    ``step_scale``: multiplies the scenarios' steps; ``only``: the algorithms to check (default: all;
+    see :func:`delaylab.measure.measure`).
 
     The checks run in float64 (docs/theory.md), within this call only: the process-wide setting
     is left as it was."""
     with jax.enable_x64(True):
         return _run_verify(out_dir, as_json=as_json, names=names, figure=figure, quiet=quiet, mutants=mutants,
-                           mutant_list=mutant_list, algorithms=algorithms, step_scale=step_scale)
+                           mutant_list=mutant_list, algorithms=algorithms, step_scale=step_scale, only=only)
 
 
-def _run_verify(out_dir, *, as_json, names, figure, quiet, mutants, mutant_list, algorithms, step_scale) -> int:
-    measured = measure(names, algorithms=algorithms, progress=None if quiet else _progress, step_scale=step_scale)
+def _run_verify(out_dir, *, as_json, names, figure, quiet, mutants, mutant_list, algorithms, step_scale, only) -> int:
+    measured = measure(names, algorithms=algorithms, progress=None if quiet else _progress, step_scale=step_scale,
+                       only=only)
     memo = checking.Memo()
     synthetic: dict = {}
     outcomes = checking.outcomes(measured, memo, synthetic)
@@ -51,7 +54,7 @@ def _run_verify(out_dir, *, as_json, names, figure, quiet, mutants, mutant_list,
     if out_dir:
         store.open_run_folder(out_dir, {"command": "verify", "scenarios": [o.name for o in outcomes],
                                         "fixed_point_cap": checking.FIXED_POINT_CAP, "mutants": mutants,
-                                        "step_scale": step_scale})
+                                        "step_scale": step_scale, "only": only})
         store.write_json(os.path.join(out_dir, "checks.json"), rows)
         store.write_csv(os.path.join(out_dir, "checks.csv"), rows)
         store.write_json(os.path.join(out_dir, "summary.json"), {

@@ -261,3 +261,14 @@ def test_extra_algorithms_are_checked_beside_the_registered_ones():
         verify.verify(["tau-i"], algorithms={"asgd": dataclasses.replace(ALGORITHMS["asgd"], summary="another")})
     # the registered entry itself adds nothing
     assert verify.with_registered([ALGORITHMS["asgd"]])[1] == {}
+
+
+def test_only_named_algorithms_are_checked_and_unknown_names_refused():
+    from delaylab import measure
+
+    with pytest.raises(ValueError, match=r"unknown algorithm\(s\) \['nope'\]"):
+        measure.measure(["tau-i"], only=["nope"])
+    with pytest.raises(ValueError, match="step_scale must be a number"):
+        measure.measure(["tau-i"], step_scale=float("nan"))
+    (m,) = measure.measure(["toy-1d"], only=["asgd"])
+    assert list(m.runs) == ["asgd"]
