@@ -96,10 +96,11 @@ class _Params:
 
 
 def _set_rows(memory, workers, rows, keep):
-    """memory[workers] ← rows where ``keep`` (one worker, or a leading slot axis)."""
+    """memory[workers] ← rows where ``keep`` (one worker, or a leading slot axis). Rows not kept
+    are sent out of bounds and dropped, so a padding slot that repeats a real slot's worker
+    cannot overwrite its row."""
     def one(m, r):
-        k = jnp.reshape(keep, jnp.shape(keep) + (1,) * (r.ndim - jnp.ndim(keep)))
-        return m.at[workers].set(jnp.where(k, r, m[workers]))
+        return m.at[jnp.where(keep, workers, m.shape[0])].set(r.astype(m.dtype), mode="drop")
 
     return jax.tree.map(one, memory, rows)
 

@@ -154,3 +154,26 @@ def test_bad_corrections_are_refused_before_compiling():
         algos.server_correction(algos.asgd(stepsize=0.1), DC.delay_compensation)
     with pytest.raises(ValueError, match="clipped_asgd: threshold must be positive"):
         algos.clipped(algos.asgd(stepsize=0.1), threshold=-1.0)
+
+
+def _count(hparams, memory, message, start, now, event):
+    return message, memory + 1
+
+
+@pytest.mark.parametrize("kind", ["arrivals", "rounds"])
+def test_a_correction_keeps_one_memory_per_worker(kind):
+    """A correction that counts its calls: each worker's memory ends at its delivered arrivals,
+    under failures (one arrival at a time) and in barrier rounds."""
+    A, b = _quad(3, 2, seed=7)
+    problem = sim.problems.quadratic(A, b)
+    counting = algos.Correction(_count, init=lambda h, p: jax.numpy.zeros((), jax.numpy.int32), sees_start=False)
+    if kind == "arrivals":
+        sched = schedules.with_failures(schedules.fixed_computation(np.array([1.0, 2.0, 3.5]), num_events=300),
+                                        probability=0.2, seed=3)
+        alg = algos.server_correction(algos.asgd(stepsize=0.05), counting, name="counted")
+    else:
+        sched = schedules.barrier(schedules.FixedTiming(np.array([1.0, 2.0, 3.5])), num_rounds=25)
+        alg = algos.server_correction(algos.minibatch_sgd(stepsize=0.05), counting, name="counted")
+    res = sim.run(alg, problem, sched, key=jax.random.key(0))
+    np.testing.assert_array_equal(np.asarray(res.state.memory), sched.arrivals_per_worker())
+    assert int(np.sum(~sched.delivered)) > 0 or kind == "rounds"
