@@ -233,9 +233,13 @@ def findings(d: dict) -> str:
              "workers' in that layer. s is symmetric between the groups (s > 0 may as well mean the slow workers' "
              "divergence is relatively larger in the last layer); CKA is taken on activations, so the last layer's "
              "includes what changed before it; and the MLP has two layers, so \"early against late\" is hidden "
-             "against logits. s already differs from 0 at R = 1, where the groups differ only by label (seed-to-seed "
-             "differences in the shards and the recomputed jobs' draws), which is why speed's effect is read "
-             "against it.")
+             "against logits.")
+    r1 = min(d["ratios"])
+    controls = [analyse(c)["s"] for (m, sp, r), c in d["runs"].items() if r == r1]
+    away = sum(1 for iv in controls if iv.lo > 0 or iv.hi < 0)
+    L.append(f"At R = {r1:g}, where the groups differ only by label (seed-to-seed differences in the shards and the "
+             f"recomputed jobs' draws), s's 95% interval excludes 0 in {away} of {len(controls)} cells; speed's effect "
+             "is read against R = 1 seed by seed all the same, so that what the labels alone produce cancels.")
     return "\n".join(L) + f"\n(preset {d['preset']}, computed in {float(d['seconds']):.0f} s)\n"
 
 
