@@ -179,8 +179,19 @@ def load(spec: str, *, relative_to: str | None = None) -> Plugin:
     return _register(_entries_of(module, source), source, source)
 
 
+_ENTRY_POINTS: list[Plugin] | None = None  # the entry-point group's plugins, once loaded in this process
+
+
 def load_all(specs: Iterable[str] = (), *, relative_to: str | None = None) -> list[Plugin]:
-    """Every plugin of the entry-point group ``delaylab.algorithms``, then ``specs``."""
+    """Every plugin of the entry-point group ``delaylab.algorithms`` (the installed packages are
+    scanned once per process), then ``specs``."""
+    global _ENTRY_POINTS
+    if _ENTRY_POINTS is None:
+        _ENTRY_POINTS = _load_entry_points()
+    return _ENTRY_POINTS + [load(s, relative_to=relative_to) for s in specs]
+
+
+def _load_entry_points() -> list[Plugin]:
     out = []
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         where = f"{ep.name} ({ep.value}, entry point)"
@@ -192,7 +203,6 @@ def load_all(specs: Iterable[str] = (), *, relative_to: str | None = None) -> li
         except (Exception, SystemExit) as err:  # noqa: BLE001
             raise PluginError(f"plugin {where}: failed to import: {type(err).__name__}: {err}") from None
         out.append(_register(_entries_of(obj, where), ep.value, where))
-    out += [load(s, relative_to=relative_to) for s in specs]
     return out
 
 

@@ -16,9 +16,11 @@ DC = os.path.join(ROOT, "notebooks", "dc_asgd.py")
 
 
 @pytest.fixture(autouse=True)
-def clean_registry():
-    """Plugins register into process-wide tables: restore them after each test."""
+def clean_registry(monkeypatch):
+    """Plugins register into process-wide tables: restore them after each test (and scan the
+    entry points afresh in each)."""
     algs, sources, loaded = dict(registry.ALGORITHMS), dict(registry.SOURCES), dict(plugins._LOADED)
+    monkeypatch.setattr(plugins, "_ENTRY_POINTS", None)
     yield
     for table, saved in ((registry.ALGORITHMS, algs), (registry.SOURCES, sources), (plugins._LOADED, loaded)):
         table.clear()
