@@ -124,6 +124,7 @@ class Part(NamedTuple):
     corrected: Interval
     verdict: str
     margin: float = 0.0  # the bound the comparison is judged against (0 for "below")
+    kind: str = "below"  # "below", "noninferior" or "equal"
 
 
 def conjunction(parts: Sequence[tuple], level: float = 0.95) -> tuple[str, list]:
@@ -143,7 +144,7 @@ def conjunction(parts: Sequence[tuple], level: float = 0.95) -> tuple[str, list]
         name, kind, d = part[:3]
         margin = float(part[3]) if len(part) > 3 else 0.0
         iv, wide = paired_interval(d, level), paired_interval(d, strict)
-        out.append(Part(name, iv, wide, _verdict(kind, iv, wide, margin), margin))
+        out.append(Part(name, iv, wide, _verdict(kind, iv, wide, margin), margin, kind))
     return all_of([p.verdict for p in out]), out
 
 
@@ -153,6 +154,95 @@ def all_of(verdicts: Sequence[str]) -> str:
     if any(v == FAILS for v in verdicts):
         return FAILS
     return HOLDS if all(v == HOLDS for v in verdicts) else INCONCLUSIVE
+
+
+# --------------------------------------------------------------------------------------------
+# kinds of claim: one test each
+
+
+SUPERIORITY, NONINFERIORITY, EQUIVALENCE, ORDERING, TREND = (
+    "superiority", "non-inferiority", "equivalence", "ordering", "trend")
+KINDS = (SUPERIORITY, NONINFERIORITY, EQUIVALENCE, ORDERING, TREND)
+_PART_KIND = {SUPERIORITY: "below", NONINFERIORITY: "noninferior", EQUIVALENCE: "equal", ORDERING: "below",
+              TREND: "below"}
+
+
+def judge(kind: str, parts: Sequence[tuple], margin: float = 0.0, *, level: float = 0.95,
+          exact: bool = False) -> tuple[str, list]:
+    """A claim of ``kind`` over its comparison family ``parts`` (each ``(name, d)``, d the paired
+    differences over seeds, A − B): one :func:`conjunction` whose every comparison is of the
+    kind's test. superiority: each A below its B (mean(d) < 0); non-inferiority: each A no worse
+    than its B by more than ``margin`` (mean(d) ≤ margin); equivalence: each |mean(d)| ≤ ``margin``;
+    ordering: A₁ < A₂ < … given as the consecutive differences; trend: each per-seed slope minus
+    the bound below 0. The same kind always gives the same test, whichever figure asks.
+
+    ``level``: the confidence of the intervals that decide "holds" (below 0.95 for one verdict of a
+    family judged separately). ``exact``: each d is one deterministic number (a run without
+    randomness): its interval has zero width."""
+    if kind not in KINDS:
+        raise ValueError(f"claim kind must be one of {KINDS}; got {kind!r}")
+    if kind in (NONINFERIORITY, EQUIVALENCE) and not margin > 0:
+        raise ValueError(f"a {kind} claim needs a margin > 0; got {margin!r}")
+    if not parts:
+        raise ValueError("a claim needs at least one comparison")
+    if exact:
+        out = []
+        for name, d in parts:
+            iv = Interval(float(d), 0.0, 1)
+            out.append(Part(name, iv, iv, _verdict(_PART_KIND[kind], iv, iv, margin), margin, _PART_KIND[kind]))
+        return all_of([p.verdict for p in out]), out
+    return conjunction([(name, _PART_KIND[kind], d, margin) for name, d in parts], level=level)
+
+
+def marginal(parts: Sequence[Part], *, seeds: int = 10) -> list:
+    """The comparisons that decide a verdict from fewer than ``seeds`` seeds while their mean lies
+    within two half-widths of the bound they are judged against (the interval's near end within
+    one half-width of it): a verdict resting on such a comparison is read as inconclusive until it
+    has ``seeds`` seeds."""
+    out = []
+    for p in parts:
+        if p.verdict == INCONCLUSIVE or p.interval.n >= seeds:
+            continue
+        bounds = (-p.margin, p.margin) if p.kind == "equal" else (p.margin,)
+        if min(abs(p.interval.mean - b) for b in bounds) < 2 * p.interval.half:
+            out.append(p)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class AtSteps:
+    """A claim between tuned methods, judged at three settings of their steps: ``tuned`` (each arm
+    at its own tuned step), ``common`` (both arms at one step, each common step a label) and
+    ``neighbours`` (each arm one grid step below, and one above, its tuned step). Each value is
+    a (verdict, parts) pair from :func:`judge`."""
+
+    tuned: tuple
+    common: dict
+    neighbours: dict
+
+    def readings(self) -> dict:
+        return {"tuned steps": self.tuned, **{f"common step {k}": v for k, v in self.common.items()},
+                **{f"neighbours {k}": v for k, v in self.neighbours.items()}}
+
+
+def step_robust(at: AtSteps, *, seeds: int = 10) -> tuple[str, str]:
+    """The verdict of a claim between tuned methods, with the reason when it is inconclusive:
+    "holds" or "does not hold" only where the tuned steps, every common step and every pair of
+    neighbours give that same word (else it depends on the step), where a common step and a
+    neighbour pair were measured at all, and where no deciding comparison is :func:`marginal`."""
+    verdict, parts = at.tuned
+    if verdict == INCONCLUSIVE:
+        return INCONCLUSIVE, ""
+    if not at.common or not at.neighbours:
+        return INCONCLUSIVE, "robustness to the step not measured (no common step or no neighbours)"
+    words = {k: v for k, (v, _) in at.readings().items()}
+    if len(set(words.values())) > 1:
+        return INCONCLUSIVE, "depends on the step: " + "; ".join(f"{k}: {v}" for k, v in words.items())
+    thin = marginal(parts, seeds=seeds)
+    if thin:
+        return INCONCLUSIVE, (f"decided within two half-widths on fewer than {seeds} seeds: "
+                              + "; ".join(f"{p.name} {p.interval}" for p in thin))
+    return verdict, ""
 
 
 # --------------------------------------------------------------------------------------------

@@ -212,7 +212,8 @@ class Figure:
       convolution: whether the figure trains a CNN (its parts then record the convolution).
       save, load: how the data are stored (default: :func:`save_data`, :func:`load_data`).
       verdicts: optional ``data -> [row]``, the figure's verdicts on the papers' claims, one row
-        per claim (keys ``claim``, ``verdict``, ``evidence``, ``conditions``), written to
+        per claim judged (:meth:`paper_figures.catalogue.Verdict.row`: keys ``id`` and ``kind`` from
+        the catalogue, ``claim``, ``verdict``, ``evidence``, ``conditions``), written to
         ``<stem>.verdicts.json``; ``python -m delaylab.paper_figures.table`` writes the verdict table of
         docs/findings.md from these files.
     """
@@ -283,7 +284,7 @@ class Figure:
         return path
 
 
-VERDICT_KEYS = ("claim", "verdict", "evidence", "conditions")
+VERDICT_KEYS = ("id", "kind", "claim", "verdict", "evidence", "conditions")
 
 
 def progress(label: str):

@@ -1,0 +1,177 @@
+"""The catalogue of claims the figures judge, as data, and the one way a figure turns measurements
+into a verdict on one of them (:func:`verdict`).
+
+Each :class:`Claim` says where it comes from (paper, figure or theorem), what it says, its kind
+(:data:`delaylab.claims.KINDS`: superiority, non-inferiority with a margin, equivalence with a
+margin, ordering, trend), when the source states it, its comparison family (what the headline's
+conjunction runs over, and the size of the family-wise correction), which details of our set-up
+are reconstructions, and whether it compares tuned methods (then :func:`delaylab.claims.step_robust`
+decides, from the tuned steps, a common step and the tuned steps' neighbours).
+
+A figure computes; :func:`verdict` looks the claim up and applies its kind's test
+(:func:`delaylab.claims.judge`), so the same claim gets the same test in every figure that judges
+it. Its rows carry the claim's id and kind; ``python -m delaylab.paper_figures.table --check``
+refuses a row whose id is not here or whose kind is not the catalogue's, and writes the verdict
+table of docs/findings.md with the catalogue's words, sources and reconstructions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Optional, Sequence
+
+from delaylab import claims as C
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    id: str
+    source: str  # the paper and where in it (figure, theorem, section), or "delaylab" for our own questions
+    words: str  # what the claim says, in our words
+    kind: str  # one of delaylab.claims.KINDS
+    when: str  # the time, horizon or limit at which the source states it
+    family: str  # what the comparisons of one verdict run over
+    margin: str = ""  # how the margin is set (non-inferiority and equivalence)
+    reconstructions: tuple = ()  # details of our set-up that the source leaves open
+    tuned: bool = False  # between methods at tuned steps: robustness to the step decides too
+    family_size: int = 1  # separate verdicts of one family: each "holds" at level 1 − 0.05/family_size
+
+    def __post_init__(self):
+        if self.kind not in C.KINDS:
+            raise ValueError(f"claim {self.id}: kind must be one of {C.KINDS}; got {self.kind!r}")
+        if self.kind in (C.NONINFERIORITY, C.EQUIVALENCE) and not self.margin:
+            raise ValueError(f"claim {self.id}: a {self.kind} claim states its margin")
+        if int(self.family_size) < 1:
+            raise ValueError(f"claim {self.id}: family_size must be >= 1; got {self.family_size!r}")
+
+
+_MAHRAN = "Mahran, Maranjyan, Richtárik, Rescaled ASGD (2026)"
+_DEAHES = "DEAHES-O paper (docs/theory.md §9)"
+_DEAHES_RECON = ("the dynamic weight map (dead zone a0, cap 0.5) and its calibration of a0",
+                 "the oracle EAHES-OM: which side resets after a loss (full reset or master side)",
+                 "the paper's η = 0.01 used for every optimiser, not tuned")
+_SURVEY = "straggler-mitigation survey behind docs/theory.md §10"
+
+CLAIMS: dict = {c.id: c for c in (
+    Claim("vanilla-frequency-weights", f"{_MAHRAN}, §2", "vanilla ASGD minimises the frequency-weighted objective "
+          "(implicit weights ∝ 1/τ_i)", C.EQUIVALENCE, "at its fixed point (γ → 0)", "τ profiles",
+          margin="absolute weight tolerance"),
+    Claim("rescaled-uniform-weights", f"{_MAHRAN}, §2", "Rescaled ASGD minimises the true, equal-weighted objective "
+          "(weights 1/n)", C.EQUIVALENCE, "at its fixed point (γ → 0)", "τ profiles",
+          margin="absolute weight tolerance"),
+    Claim("fig-a-limits", f"{_MAHRAN}, poster Fig. A", "vanilla ASGD settles at the frequency-weighted minimiser, "
+          "Rescaled ASGD at the true one", C.EQUIVALENCE, "the end of the run", "the two methods",
+          margin="tolerance on x", reconstructions=("the poster's n, τ, b and γ",)),
+    Claim("inverse-tau-removes-bias", f"{_MAHRAN}, poster (printed rule γ_i ∝ 1/τ_i)", "the rule γ_i ∝ 1/τ_i removes "
+          "the bias (settles nearer x* than vanilla)", C.SUPERIORITY, "the end of the run", "the one rule",
+          reconstructions=("the poster's n, τ, b and γ",)),
+    Claim("noise-floor-formula", "docs/theory.md §5 (small-step noise floor)", "the noise floor is V σ²/(4Γ) at "
+          "small steps, vanilla and Rescaled", C.EQUIVALENCE, "γ → 0", "σ and γ ≤ 0.004, both rules",
+          margin="±5% on the ratio to the formula (log scale)"),
+    Claim("rescaled-floor-ratio", "docs/theory.md §5", "Rescaled's floor is τ_A/τ_H times vanilla's at equal mean "
+          "step", C.EQUIVALENCE, "γ → 0", "σ and γ ≤ 0.004", margin="±5% on the ratio (log scale)"),
+    Claim("rescaled-malenia-bounded", f"{_MAHRAN}, stated complexity (docs/theory.md §8.1)", "T_Rescaled/T_Malenia "
+          "stays bounded as ε → 0", C.TREND, "ε → 0", "speed spreads of one regime",
+          tuned=True),
+    Claim("fig-b-ranking", f"{_MAHRAN}, poster Fig. B", "Rescaled below Ringleader below Malenia in training loss",
+          C.ORDERING, "the end of the figure's horizon", "the three methods' consecutive pairs",
+          reconstructions=("the data (Fashion-MNIST in MNIST format), model, n = 100 and Dirichlet 0.1 split",
+                           "the timing model and the figure's time axis"), tuned=True),
+    Claim("rescaled-slower-homogeneous", f"{_MAHRAN}, the price of rescaling (noise floor τ_A/τ_H)",
+          "on homogeneous data Rescaled ASGD is slower than vanilla ASGD", C.SUPERIORITY, "time to a target ε",
+          "targets ε", tuned=True),
+    Claim("frequency-bias-networks", f"{_MAHRAN}, §2, carried to networks", "vanilla ASGD settles toward the "
+          "frequency-weighted objective Σ p_i F_i on networks", C.SUPERIORITY, "the tail of training",
+          "models and splits"),
+    Claim("adahessian-beats-sgd", f"{_DEAHES}, Figs. 4-5", "AdaHessian methods (EAHES, EAHES-O, EAHES-OM, DEAHES-O) "
+          "beat the SGD methods (EASGD, EAMSGD)", C.SUPERIORITY, "the end of training", "4 × 2 pairs per setting",
+          reconstructions=_DEAHES_RECON),
+    Claim("overlap-helps", f"{_DEAHES}, Figs. 4-5", "overlap helps: EAHES-O below EAHES", C.SUPERIORITY,
+          "the end of training", "settings (P, τ)", reconstructions=_DEAHES_RECON),
+    Claim("oracle-best", f"{_DEAHES}, Figs. 4-5", "the oracle EAHES-OM is the best of the six", C.SUPERIORITY,
+          "the end of training", "the oracle against each other method, per setting", reconstructions=_DEAHES_RECON),
+    Claim("deahes-beats-baselines", f"{_DEAHES}, Figs. 4-5", "DEAHES-O beats EASGD, EAMSGD, EAHES and EAHES-O",
+          C.SUPERIORITY, "the end of training", "4 pairs per setting", reconstructions=_DEAHES_RECON),
+    Claim("deahes-close-to-oracle", f"{_DEAHES}, Figs. 4-5", "DEAHES-O comes close to the oracle: no worse than it "
+          "by more than the margin", C.NONINFERIORITY, "the end of training", "settings",
+          margin="2% of the oracle's loss", reconstructions=_DEAHES_RECON),
+    Claim("deahes-equals-eahes-o-clean", f"{_DEAHES}, §9.5 (without failures the weights stay at 1)",
+          "without failures DEAHES-O equals EAHES-O", C.EQUIVALENCE, "the end of training", "the one setting",
+          margin="2% of EAHES-O's loss", reconstructions=_DEAHES_RECON),
+    Claim("slow-workers-harder-shards", f"delaylab, from {_SURVEY}", "with durations independent of the data, slow "
+          "workers end with harder shards under vanilla ASGD (ρ > 0)", C.SUPERIORITY, "the end of training",
+          "timing models"),
+    Claim("staleness-weighting-divergence", f"delaylab, from {_SURVEY}", "staleness weighting lowers the slow "
+          "workers' representation divergence beyond what its smaller steps explain", C.SUPERIORITY,
+          "matched progress", "layers"),
+    Claim("fast-workers-specialise", f"delaylab, from {_SURVEY}", "fast workers become early-layer specialists when "
+          "workers keep models of their own", C.SUPERIORITY, "the second half of training", "methods and ratios"),
+    Claim("heterogeneity-costs-accuracy", f"delaylab, from {_SURVEY}", "heterogeneity costs accuracy: "
+          "acc(h = 2) < acc(h = 0)", C.SUPERIORITY, "the time budget", "6 schemes", tuned=True, family_size=6),
+    Claim("intermediate-heterogeneity-optimal", f"delaylab, from {_SURVEY}", "an intermediate heterogeneity level "
+          "is optimal: acc(h*) above acc(h = 0) and acc(h = 2)", C.SUPERIORITY, "the time budget", "6 schemes",
+          tuned=True, family_size=6),
+    Claim("mitigation-lowers-loss", f"{_SURVEY} (§10)", "the mitigation lowers the training loss at the time budget",
+          C.SUPERIORITY, "the time budget", "3 mitigations", tuned=True, family_size=3),
+)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """A claim's verdict: the word, its comparisons at the tuned (or only) setting, the reason
+    when inconclusive for a reason beyond the intervals, and, for tuned claims, the word at every
+    step setting."""
+
+    claim: Claim
+    verdict: str
+    parts: list
+    reason: str = ""
+    steps: Optional[dict] = None  # label -> word, for claims between tuned methods
+
+    def row(self, words: str, evidence: str, conditions: str) -> dict:
+        """The figure's verdict row: the catalogue's id and kind beside the figure's own words for
+        the instance it judged, its evidence and its conditions."""
+        ev = evidence + (f"; {self.reason}" if self.reason else "")
+        if self.steps:
+            ev += "; at other steps: " + ", ".join(f"{k} {v}" for k, v in self.steps.items())
+        return {"id": self.claim.id, "kind": self.claim.kind, "claim": words, "verdict": self.verdict,
+                "evidence": ev, "conditions": conditions}
+
+
+def claim(claim_id: str) -> Claim:
+    if claim_id not in CLAIMS:
+        raise KeyError(f"no claim {claim_id!r} in the catalogue; it has {sorted(CLAIMS)}")
+    return CLAIMS[claim_id]
+
+
+def verdict(claim_id: str, parts: Sequence[tuple], *, margin: float = 0.0,
+            steps: Optional[Mapping[str, Mapping[str, Sequence[tuple]]]] = None, gate: Sequence = (),
+            seeds: int = 10, exact: bool = False) -> Verdict:
+    """The verdict on claim ``claim_id`` from its comparisons ``parts`` (each ``(name, d)``, d the
+    paired differences A − B over seeds): the kind's test (:func:`delaylab.claims.judge`) at level
+    1 − 0.05/family_size for "holds". ``gate``: brackets of the tuned steps (a verdict resting on a
+    step at a grid's edge is inconclusive, :func:`delaylab.claims.gated`).
+
+    For a claim between tuned methods, ``steps`` gives the same comparisons at other steps:
+    ``{"common": {label: parts}, "neighbours": {label: parts}}``; the verdict is the tuned one only
+    where every setting gives the same word and none decides within two half-widths on fewer
+    than ``seeds`` seeds (:func:`delaylab.claims.step_robust`); without ``steps`` it is inconclusive.
+    ``exact``: each d is one deterministic number (no seeds)."""
+    c = claim(claim_id)
+    level = 1.0 - 0.05 / c.family_size
+    tuned = _judge(c, parts, margin, level, exact)
+    word, reason, words = tuned[0], "", None
+    if c.tuned:
+        steps = steps or {}
+        at = C.AtSteps(tuned, {k: _judge(c, p, margin, level, exact) for k, p in steps.get("common", {}).items()},
+                       {k: _judge(c, p, margin, level, exact) for k, p in steps.get("neighbours", {}).items()})
+        word, reason = C.step_robust(at, seeds=seeds)
+        words = {k: v for k, (v, _) in at.readings().items() if k != "tuned steps"}
+    if gate:
+        word, why = C.gated(word, list(gate))
+        reason = "; ".join(x for x in (reason, why) if x)
+    return Verdict(c, word, tuned[1], reason, words)
+
+
+def _judge(c: Claim, parts, margin: float, level: float, exact: bool):
+    return C.judge(c.kind, parts, margin, level=level, exact=exact)
