@@ -132,7 +132,7 @@ class Verdict:
         """The figure's verdict row: the catalogue's id and kind beside the figure's own words for
         the instance it judged, its evidence and its conditions."""
         ev = evidence + (f"; {self.reason}" if self.reason else "")
-        if self.steps:
+        if self.steps and not self.reason.startswith("depends on the step"):  # else the reason lists them
             ev += "; at other steps: " + ", ".join(f"{k} {v}" for k, v in self.steps.items())
         return {"id": self.claim.id, "kind": self.claim.kind, "claim": words, "verdict": self.verdict,
                 "evidence": ev, "conditions": conditions}
