@@ -305,11 +305,28 @@ class Bracket:
     edge: str  # "" when interior, else "lower" or "upper": the side where the limit was reached
     extended: int  # steps added beyond the starting grid
 
+    def neighbours(self) -> tuple:
+        """(lower, upper): the evaluated steps next to the best (after refinement, the refined
+        grid's), None past an edge."""
+        i = self.steps.index(self.best)
+        return (self.steps[i - 1] if i > 0 else None, self.steps[i + 1] if i + 1 < len(self.steps) else None)
+
+    def resolution(self) -> tuple:
+        """(second-best step, its score relative to the best's, (s₂ − s₁)/|s₁|): how far apart the
+        tuning seeds put the best step and the runner-up (nan with one finite score)."""
+        order = sorted(range(len(self.steps)), key=lambda i: (self.scores[i], self.steps[i]))
+        if len(order) < 2 or not math.isfinite(self.scores[order[1]]):
+            return (float("nan"), float("nan"))
+        s1, s2 = self.scores[order[0]], self.scores[order[1]]
+        return (self.steps[order[1]], (s2 - s1) / abs(s1) if s1 else float("inf"))
+
     def note(self) -> str:
         """One line for a figure's text."""
         if self.interior:
-            return f"best step {self.best:.4g}, interior to {self.steps[0]:.4g}–{self.steps[-1]:.4g}" + (
-                f" ({self.extended} step(s) added past the starting grid's edge)" if self.extended else "")
+            second, rel = self.resolution()
+            return (f"best step {self.best:.4g}, interior to {self.steps[0]:.4g}–{self.steps[-1]:.4g}"
+                    + (f" ({self.extended} step(s) added past the starting grid's edge)" if self.extended else "")
+                    + (f"; runner-up {second:.4g} scores {rel:+.1%} worse" if math.isfinite(rel) else ""))
         return (f"best step {self.best:.4g} at the grid's {self.edge} edge after {self.extended} extension(s) "
                 "(limit reached)")
 

@@ -53,9 +53,11 @@ class Preset:
     cnn_channels: tuple = (8, 16)  # experiment 1's CNN
     cnn_hidden: int = 32
     cnn_ratios: tuple = (1, 2, 4, 8, 16)
-    tune_seeds: int = 2  # experiments 3, 4: steps bracketed on these seeds (claims.disjoint_seeds)
+    tune_seeds: int = 3  # experiments 3, 4: steps bracketed on these seeds (claims.disjoint_seeds)
     max_extend: int = 3  # steps added past a starting grid's edge, per side
     tie: float = 0.02  # experiments 3, 4: tuning scores within 2% of the best are tied (claims.bracket)
+    refine: int = 1  # experiments 3, 4: bracket refinements once the best is interior
+    more_seeds: int = 10  # experiments 3, 4: reported seeds of a claim whose verdict is marginal on `seeds`
     divergence_seeds: int = 12  # experiment 2: its straggler effect is a difference of differences (more seeds)
 
 
@@ -277,38 +279,97 @@ def slug(cell: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "_", cell).strip("_")
 
 
-def tuned(parts: Parts, p: Preset, cell: str, inputs: dict, make_run: Callable, scheme: Scheme,
-          score: Callable) -> dict:
-    """One cell of experiment 3 or 4: ``scheme``'s step bracketed (:func:`claims.bracket`, from
-    ``scheme.grid``, up to ``p.max_extend`` steps past an edge, scores within ``p.tie`` of the
-    best tied with it: two tuning seeds of a chaotic training run leave that much noise; the
-    same update compiled in two programs differs by about 1% in its score) on the tuning seeds, each run
-    logging the validation accuracy, by the mean of ``score(run)`` (lower is better; NaN, a
-    divergence, is the worst); then the reported seeds at the best step. ``make_run(step, seed,
-    validation)`` computes one run. Each (step, seed) run is one part, named from ``cell``.
+class Cell:
+    """One cell of experiment 3 or 4: a scheme under one condition, its runs one part each
+    (named ``<slug(cell)>_g<step>_s<seed>``), tuned and reported on disjoint seeds.
+    ``make_run(step, seed, validation)`` computes one run."""
 
-    Returns ``{"bracket": {steps, scores, best, interior, edge, extended}, "runs": [...], "seconds"}``
-    with the reported seeds' runs in the order of ``claims.disjoint_seeds`` and the computing time
-    of all the cell's runs (as stored with them, whichever process computed them)."""
-    tune, report = claims.disjoint_seeds(p.tune_seeds, p.seeds)
-    name = slug(cell)
-    seconds: dict = {}
+    def __init__(self, parts: Parts, p: Preset, cell: str, inputs: dict, make_run: Callable):
+        self.parts, self.p, self.cell, self.inputs, self.make_run = parts, p, cell, inputs, make_run
+        self.seconds: dict = {}
 
-    def run(g: float, seed: int, validation: bool) -> dict:
-        part, reused = parts.get(f"{name}_g{g:.6g}_s{seed}",
-                                 {**inputs, "preset": p, "step": float(g), "seed": int(seed), "validation": validation},
-                                 lambda: make_run(float(g), int(seed), validation))
+    def run(self, g: float, seed: int, validation: bool) -> dict:
+        part, reused = self.parts.get(f"{slug(self.cell)}_g{g:.6g}_s{seed}",
+                                      {**self.inputs, "preset": self.p, "step": float(g), "seed": int(seed),
+                                       "validation": validation},
+                                      lambda: self.make_run(float(g), int(seed), validation))
         if not reused:
-            progress(f"{cell}, γ = {g:.4g}, seed {seed}: {part['seconds']:.1f} s")
-        seconds[g, seed] = float(part["seconds"])
+            progress(f"{self.cell}, γ = {g:.4g}, seed {seed}: {part['seconds']:.1f} s")
+        self.seconds[g, seed, validation] = float(part["seconds"])
         return part
 
-    def mean_score(g: float) -> float:
-        v = float(np.mean([score(run(g, s, True)) for s in tune]))
-        return v if math.isfinite(v) else math.inf
+    def tune(self, scheme: Scheme, score: Callable) -> claims.Bracket:
+        """The step bracketed (:func:`claims.bracket` from ``scheme.grid``, up to ``p.max_extend``
+        steps past an edge, refined ``p.refine`` times, scores within ``p.tie`` of the best tied
+        with it: a few tuning seeds of a chaotic training run leave that much noise) on the tuning
+        seeds, each run logging the validation accuracy, by the mean of ``score(run)`` (lower is
+        better; NaN, a divergence, is the worst)."""
+        tune, _ = claims.disjoint_seeds(self.p.tune_seeds, self.p.seeds)
 
-    b = claims.bracket(mean_score, scheme.grid, max_extend=p.max_extend, tie=p.tie, refine=getattr(p, "refine", 0))
-    runs = [run(b.best, s, False) for s in report]
-    return {"bracket": {"steps": list(b.steps), "scores": list(b.scores), "best": b.best, "interior": b.interior,
-                        "edge": b.edge, "extended": b.extended},
-            "runs": runs, "seconds": sum(seconds.values())}
+        def mean_score(g: float) -> float:
+            v = float(np.mean([score(self.run(g, s, True)) for s in tune]))
+            return v if math.isfinite(v) else math.inf
+
+        return claims.bracket(mean_score, scheme.grid, max_extend=self.p.max_extend, tie=self.p.tie,
+                              refine=self.p.refine)
+
+    def report(self, g: float, seeds: Optional[int] = None) -> list:
+        """The runs of the first ``seeds`` reported seeds (default: the preset's) at step ``g``."""
+        _, report = claims.disjoint_seeds(self.p.tune_seeds, seeds or self.p.seeds)
+        return [self.run(g, s, False) for s in report]
+
+
+def stored_bracket(b: claims.Bracket) -> dict:
+    return {"steps": list(b.steps), "scores": list(b.scores), "best": b.best, "interior": b.interior, "edge": b.edge,
+            "extended": b.extended}
+
+
+def tuned(parts: Parts, p: Preset, cell: str, inputs: dict, make_run: Callable, scheme: Scheme,
+          score: Callable) -> dict:
+    """One cell (:class:`Cell`) tuned, then its reported seeds at the best step. Returns
+    ``{"bracket": {steps, scores, best, interior, edge, extended}, "runs": [...], "seconds"}``
+    with the reported seeds' runs in the order of ``claims.disjoint_seeds`` and the computing time
+    of all the cell's runs (as stored with them, whichever process computed them)."""
+    c = Cell(parts, p, cell, inputs, make_run)
+    b = c.tune(scheme, score)
+    runs = c.report(b.best)
+    return {"bracket": stored_bracket(b), "runs": runs, "seconds": sum(c.seconds.values())}
+
+
+def step_settings(brackets: dict, *, along: bool = False) -> dict:
+    """The step settings a claim between tuned cells is judged at (:func:`delaylab.claims.step_robust`):
+    label -> {cell: step}. "tuned": each cell at its own best step; "common γ = g": every cell at
+    g, for each cell's best step g (and, with ``along``, each cell's grid neighbours too: the
+    comparison along the step range); "neighbours −" / "+": each cell one step of its refined
+    grid below / above its best (left out when a cell has none there: a step at an edge, which
+    :func:`claims.gated` makes inconclusive anyway)."""
+    out = {"tuned": {k: b.best for k, b in brackets.items()}}
+    common = sorted({b.best for b in brackets.values()} | ({g for b in brackets.values() for g in b.neighbours()
+                                                             if g is not None} if along else set()))
+    for g in common:
+        out[f"common γ = {g:.3g}"] = {k: g for k in brackets}
+    for side, i in (("−", 0), ("+", 1)):
+        nb = {k: b.neighbours()[i] for k, b in brackets.items()}
+        if all(g is not None for g in nb.values()):
+            out[f"neighbours {side}"] = nb
+    return out
+
+
+def at_settings(cells: dict, settings: dict, value: Callable, seeds: int) -> dict:
+    """label -> {cell: {name: the first ``seeds`` reported seeds' values}} at that setting's steps,
+    ``value(run)`` giving a run's named values."""
+    out: dict = {}
+    for label, steps in settings.items():
+        out[label] = {}
+        for k, g in steps.items():
+            vals = [value(r) for r in cells[k].report(g, seeds)]
+            out[label][k] = {name: np.array([v[name] for v in vals]) for name in vals[0]}
+    return out
+
+
+def split_settings(values: dict) -> tuple:
+    """(tuned, {"common": ..., "neighbours": ...}) of :func:`at_settings`' output, for
+    :func:`paper_figures.catalogue.verdict`'s ``steps`` once each is turned into parts."""
+    common = {k[len("common "):]: v for k, v in values.items() if k.startswith("common ")}
+    nbrs = {k[len("neighbours "):]: v for k, v in values.items() if k.startswith("neighbours ")}
+    return values["tuned"], {"common": common, "neighbours": nbrs}

@@ -21,6 +21,7 @@ import numpy as np
 
 from delaylab import algos, claims
 from delaylab.paper_figures import _hetero as lab
+from delaylab.paper_figures import catalogue
 from delaylab.paper_figures._figure import Figure
 from delaylab.paper_figures._hetero import LAYERS, PRESETS, Preset, mlp_module, second_half
 from delaylab.paper_figures._output import pyplot, save_figure
@@ -91,18 +92,39 @@ def held_models(tel, name: str):
     return T.AfterLocalSteps(tel)
 
 
+def _pairs(names: dict) -> dict:
+    """mitigation -> (baseline's name, mitigated scheme's name)."""
+    out: dict = {}
+    for name, (group, on, _) in names.items():
+        off_on = out.setdefault(group, [None, None])
+        off_on[int(on)] = name
+    return {g: tuple(v) for g, v in out.items()}
+
+
+ALONG = ("proactive scheduling",)  # pairs compared along the step range (the specialisation index)
+
+
 def compute(p: Preset, parts) -> dict:
-    """Every split and scheme: its step bracketed on the tuning seeds (training loss at the budget),
-    its reported runs with the workers' representations, read from the models they hold."""
+    """Every split and scheme: its step bracketed on the tuning seeds (training loss at the budget);
+    then per mitigation, the baseline and the mitigated scheme on the reported seeds at every step
+    setting the verdict needs (:func:`paper_figures._hetero.step_settings`: the tuned steps, each
+    arm's tuned step for both, the tuned steps' grid neighbours; for proactive scheduling also
+    every neighbour for both arms, to compare the specialisation index along the step range), on
+    ``p.more_seeds`` reported seeds where the verdict at the tuned steps is marginal on ``p.seeds``
+    (:func:`delaylab.claims.marginal`). A run reads the models the workers hold (local SGD: after
+    their local steps)."""
     tune, report = claims.disjoint_seeds(p.tune_seeds, p.seeds)
     _, px, py, dsname = lab.setup(p)
     tel = T.Representations(mlp_module(p), px, py)
+    _, report_more = claims.disjoint_seeds(p.tune_seeds, p.more_seeds)
     out = {"preset": p.name, "dataset": dsname, "horizon": p.horizon, "tune_seeds": tune, "report_seeds": report,
-           "tie": p.tie,
-           "H_i": {int(s): local_steps(claims.seed_sources(s, lab.SOURCES)["timing"]) for s in report}, "rows": {}}
+           "tie": p.tie, "refine": p.refine, "more_seeds": p.more_seeds,
+           "H_i": {int(s): local_steps(claims.seed_sources(s, lab.SOURCES)["timing"]) for s in report_more},
+           "rows": {}, "pairs": {}}
+    schemes = mitigation_schemes(p.horizon)
     for split in SPLITS:
-        out["rows"][split] = {}
-        for name, (group, on, sc) in mitigation_schemes(p.horizon).items():
+        cells, brackets = {}, {}
+        for name, (group, on, sc) in schemes.items():
             count = lab.with_margin(lab.count_until(lambda c, sc=sc: sc.build(0, c), p.horizon, sc.guess))
 
             def make_run(g, seed, validation, sc=sc, count=count, name=name, split=split):
@@ -129,48 +151,101 @@ def compute(p: Preset, parts) -> dict:
                 run = lab.one_run(scheme, g, prob, sched, key, p, telemetry=telemetry, extract=extract)
                 return {**run, "throughput": steps / p.horizon}
 
-            cell = lab.tuned(parts, p, f"{split}: {name}", {"method": name, "count": count, "split": split}, make_run,
-                             sc, score=lambda r: lab.tail(r, "loss", p.horizon))
-            runs = cell["runs"]
-            out["rows"][split][name] = {
-                "group": group, "on": on, "bracket": cell["bracket"], "seconds": cell["seconds"],
-                "throughput": np.array([r["throughput"] for r in runs]),
-                "loss": np.array([lab.tail(r, "loss", p.horizon) for r in runs]),
-                "accuracy": np.array([lab.tail(r, "accuracy", p.horizon) for r in runs]),
-                "specialisation": np.array([r["specialisation"] for r in runs]),
-                "read_at": np.array([lab.read_time(r, p.horizon) for r in runs]),
-                "time": np.median(np.stack([r["time"] for r in runs]), axis=0),
-                "loss_curve": np.stack([r["loss"] for r in runs])}
-            lab.progress(f"mitigation, {split}: {name}: {claims.Bracket.from_stored(cell['bracket']).note()}")
+            cells[name] = lab.Cell(parts, p, f"{split}: {name}", {"method": name, "count": count, "split": split},
+                                   make_run)
+            brackets[name] = cells[name].tune(sc, score=lambda r: lab.tail(r, "loss", p.horizon))
+            lab.progress(f"mitigation, {split}: {name}: {brackets[name].note()}")
+
+        def value(r):
+            return {"loss": lab.tail(r, "loss", p.horizon), "accuracy": lab.tail(r, "accuracy", p.horizon),
+                    "specialisation": r["specialisation"], "throughput": r["throughput"],
+                    "read_at": lab.read_time(r, p.horizon)}
+
+        out["rows"][split], out["pairs"][split] = {}, {}
+        for group, (off, on) in _pairs(schemes).items():
+            members = {n: brackets[n] for n in (off, on) if n is not None}
+            paired = len(members) == 2  # a scheme without its counterpart (a reduced set) is only reported
+            settings = (lab.step_settings(members, along=group in ALONG) if paired
+                        else {"tuned": {n: b.best for n, b in members.items()}})
+            seeds = p.seeds
+            values = lab.at_settings(cells, settings, value, seeds)
+            if paired and claims.marginal(_loss_verdict(values["tuned"], off, on).parts) and p.more_seeds > seeds:
+                seeds = p.more_seeds
+                values = lab.at_settings(cells, settings, value, seeds)
+            if paired:
+                out["pairs"][split][group] = {"off": off, "on": on, "settings": settings, "values": values,
+                                              "seeds": seeds}
+            _, report_n = claims.disjoint_seeds(p.tune_seeds, seeds)
+            for name in members:
+                runs = cells[name].report(brackets[name].best, seeds)
+                out["rows"][split][name] = {
+                    "group": group, "on": name == on, "bracket": lab.stored_bracket(brackets[name]),
+                    **values["tuned"][name], "seeds": report_n,
+                    "time": np.median(np.stack([r["time"] for r in runs]), axis=0),
+                    "loss_curve": np.stack([r["loss"] for r in runs])}
+        out["rows"][split] = {n: out["rows"][split][n] for n in schemes if n in out["rows"][split]}  # their order
+        out["rows"][split] = {n: {**r, "seconds": float(sum(cells[n].seconds.values()))}
+                              for n, r in out["rows"][split].items()}
     out["seconds"] = sum(r["seconds"] for rows in out["rows"].values() for r in rows.values())
     return out
 
 
+def _loss_verdict(at: dict, off: str, on: str, **kw):
+    """The verdict on "the mitigation lowers the loss" from one setting's values (``at``: cell ->
+    values), more settings in ``kw`` (catalogue.verdict's ``steps`` and ``gate``)."""
+    return catalogue.verdict("mitigation-lowers-loss", [(f"loss: {on} − {off}", at[on]["loss"] - at[off]["loss"])],
+                             **kw)
+
+
 def claims_of(d: dict, split: str) -> list:
-    """Per mitigation: "it lowers the training loss at the budget", each scheme at its own step."""
+    """Per mitigation: "it lowers the training loss at the budget", judged at the tuned steps, at
+    each arm's tuned step for both, and at the tuned steps' grid neighbours."""
     out = []
     rows_ = d["rows"][split]
-    groups = list(dict.fromkeys(r["group"] for r in rows_.values()))
-    for g in groups:
-        off = next(((n, r) for n, r in rows_.items() if r["group"] == g and not r["on"]), None)
-        on = next(((n, r) for n, r in rows_.items() if r["group"] == g and r["on"]), None)
-        if off is None or on is None:
-            continue
-        v, iv = claims.below(on[1]["loss"] - off[1]["loss"])
-        v, why = claims.gated(v, [claims.Bracket.from_stored(r["bracket"]) for _, r in (off, on)])
-        acc = claims.paired_interval(on[1]["accuracy"] - off[1]["accuracy"])
-        tp = (float(np.median(off[1]["throughput"])), float(np.median(on[1]["throughput"])))
+    for g, pair in d["pairs"][split].items():
+        off, on = pair["off"], pair["on"]
+        tuned, steps = lab.split_settings(pair["values"])
+        as_parts = {kind: {label: [(f"loss: {on} − {off}", at[on]["loss"] - at[off]["loss"])]
+                           for label, at in by.items()} for kind, by in steps.items()}
+        v = _loss_verdict(tuned, off, on, steps=as_parts,
+                          gate=[claims.Bracket.from_stored(rows_[n]["bracket"]) for n in (off, on)])
+        acc = claims.paired_interval(tuned[on]["accuracy"] - tuned[off]["accuracy"])
+        tp = (float(np.median(tuned[off]["throughput"])), float(np.median(tuned[on]["throughput"])))
+        why = ""
         if tp[1] > 1.5 * tp[0]:  # could it have come out otherwise? hardly: say so beside the verdict
-            why = "; ".join(x for x in (why, f"predicted by the set-up: the baseline waits for the stragglers every "
-                                              f"round, and the mitigation raises the throughput {tp[0]:.2f} → {tp[1]:.2f}")
-                            if x)
-        out.append({"mitigation": g, "off": off[0], "on": on[0], "verdict": v, "loss": iv, "accuracy": acc, "why": why,
-                    "throughput": tp, "split": split})
+            why = (f"predicted by the set-up: the baseline waits for the stragglers every round, and the mitigation "
+                   f"raises the throughput {tp[0]:.2f} → {tp[1]:.2f}")
+        at_steps = {label: claims.paired_interval(at[on]["loss"] - at[off]["loss"])
+                    for label, at in pair["values"].items()}
+        out.append({"mitigation": g, "off": off, "on": on, "verdict": v, "loss": v.parts[0].interval, "accuracy": acc,
+                    "why": why, "throughput": tp, "split": split, "at_steps": at_steps, "seeds": pair["seeds"],
+                    "settings": pair["settings"]})
+    return out
+
+
+def specialisation_along(d: dict, split: str) -> dict:
+    """label -> 95% interval of the specialisation index, mitigated − baseline, for the pairs
+    compared along the step range (the common steps only: both arms at one step)."""
+    out = {}
+    for g in ALONG:
+        pair = d["pairs"][split].get(g)
+        if pair is None:
+            continue
+        off, on = pair["off"], pair["on"]
+        out[g] = {label: claims.paired_interval(at[on]["specialisation"] - at[off]["specialisation"])
+                  for label, at in pair["values"].items() if label.startswith("common ")}
     return out
 
 
 def _iv(iv, f: str = "+.4f") -> str:
     return f"{iv.mean:{f}} [{iv.lo:{f}}, {iv.hi:{f}}]"
+
+
+def _signs(ivs) -> str:
+    """How many intervals lie above 0, below 0, and across it."""
+    ivs = list(ivs)
+    up, down = sum(iv.lo > 0 for iv in ivs), sum(iv.hi < 0 for iv in ivs)
+    return f"above 0 at {up}, below 0 at {down}, across 0 at {len(ivs) - up - down} of {len(ivs)}"
 
 
 def findings_mitigation(d: dict) -> str:
@@ -180,8 +255,11 @@ def findings_mitigation(d: dict) -> str:
              f"budget {d['horizon']:g}; i.i.d. shards and Dirichlet α = 1 shards). Each scheme at its own step, "
              f"bracketed per split on tuning seeds "
              f"{d['tune_seeds']} by the training loss at the budget (scores within {d['tie']:.0%} of the best count "
-             f"as tied, and a tie at an edge extends the grid); reported seeds {d['report_seeds']}, each drawing "
-             f"its own {', '.join(lab.SOURCES)} of the fixed training images. Specialisation index = 1 − mean "
+             f"as tied, and a tie at an edge extends the grid; refined {d['refine']} time(s)); reported seeds {d['report_seeds']} "
+             f"({d['more_seeds']} where a verdict at the tuned steps is decided within two half-widths), each "
+             f"drawing its own {', '.join(lab.SOURCES)} of the fixed training images. Every verdict is judged at the "
+             "tuned steps, at each arm's tuned step for both arms, and at the tuned steps' grid neighbours; it is "
+             "holds or does not hold only where all agree. Specialisation index = 1 − mean "
              "pairwise CKA of the models the workers hold, second half, mean of the two layers: for local SGD the "
              "model after its local steps (sim.telemetry.AfterLocalSteps: the job recomputed from the round's start "
              "with minibatches of its own), for ASGD the (stale) model it was handed, for synchronous SGD the "
@@ -189,58 +267,68 @@ def findings_mitigation(d: dict) -> str:
              f"seed's first {WARM_UP} job times per worker (H = {LOCAL_H} for the fastest): "
              + (f"H_i = {list(map(int, H[0]))} on every reported seed." if same else
                 "; ".join(f"seed {s}: {list(map(int, h))}" for s, h in d["H_i"].items()) + ".")]
+    changed = sorted({i for h in H for i in np.flatnonzero(np.asarray(h) != LOCAL_H)})
+    kept = [i for i in range(H.shape[1]) if i not in changed]
+    lines.append(f"So the workers {', '.join(map(str, kept))} take H = {LOCAL_H} in both arms, and only workers "
+                 f"{', '.join(map(str, changed))} (the stragglers: τ = {', '.join(f'{t:g}' for t in STRAGGLERS[changed])}) "
+                 f"take fewer local steps under DPro-SM-like H_i (H_i = "
+                 f"{', '.join(str(sorted({int(h[i]) for h in H})) for i in changed)}).")
     for split, rows_ in d["rows"].items():
-        lines += ["", f"{split} shards:", "method | γ (bracket) | applied gradient steps per unit time | training loss "
-                  "at the budget | test accuracy | specialisation"]
+        lines += ["", f"{split} shards:", "method | γ (bracket; runner-up) | applied gradient steps per unit time | "
+                  "training loss at the budget | test accuracy | specialisation"]
         for name, r in rows_.items():
             b = claims.Bracket.from_stored(r["bracket"])
+            second, rel = b.resolution()
             early = np.median(r["read_at"]) < 0.9 * d["horizon"]
-            lines.append(f"{name} | {b.best:.3g}{'' if b.interior else ' (edge)'} | {np.median(r['throughput']):.2f} | "
+            lines.append(f"{name} | {b.best:.3g}{'' if b.interior else ' (edge)'} ({b.steps[0]:.3g}–{b.steps[-1]:.3g}; "
+                         f"{second:.3g} scores {rel:+.1%}) | {np.median(r['throughput']):.2f} | "
                          f"{r['loss'].mean():.4f} ± {r['loss'].std():.4f}"
                          + (f" (read at t = {np.median(r['read_at']):.0f}, its last round before the budget)"
                             if early else "")
                          + f" | {r['accuracy'].mean():.3f} | {r['specialisation'].mean():.2e}")
         lines.append("Claims (paired differences, mitigated − baseline, over the reported seeds; mean and 95% t "
-                     "interval):")
+                     "interval; each holds at level 1 − 0.05/3, the family of three mitigations):")
         for c in claims_of(d, split):
-            lines.append(f"  {c['mitigation']}: lowers the training loss at the budget: {c['verdict']} (loss "
-                         f"{_iv(c['loss'])}; test accuracy {_iv(c['accuracy'], '+.3f')}; throughput "
-                         f"{c['throughput'][0]:.2f} → {c['throughput'][1]:.2f})" + (f"; {c['why']}" if c["why"] else ""))
+            lines.append(f"  {c['mitigation']}: lowers the training loss at the budget: {c['verdict'].verdict} ("
+                         f"{c['seeds']} seeds; loss {_iv(c['loss'])}; test accuracy {_iv(c['accuracy'], '+.3f')}; "
+                         f"throughput {c['throughput'][0]:.2f} → {c['throughput'][1]:.2f})"
+                         + (f"; {c['verdict'].reason}" if c["verdict"].reason else "")
+                         + (f"; {c['why']}" if c["why"] else ""))
+            for label, iv in c["at_steps"].items():
+                st = c["settings"][label]
+                lines.append(f"    {label} ({c['off']} γ = {st[c['off']]:.3g}, {c['on']} γ = {st[c['on']]:.3g}): "
+                             f"loss {_iv(iv)}")
             a = c["accuracy"]
             if a.hi < 0 or a.lo > 0:  # the test accuracy moved, whatever the loss verdict
                 lines.append(f"    and its test accuracy is {'lower' if a.hi < 0 else 'higher'} (the interval excludes 0).")
-        spec = {n: r["specialisation"] for n, r in rows_.items()}
-        local = [n for n in spec if "local SGD" in n]
-        if len(local) == 2:
-            iv = claims.paired_interval(spec[local[1]] - spec[local[0]])
-            lines.append(f"  specialisation index, {local[1]} − {local[0]}: {_iv(iv, '+.2e')} (the models after the "
-                         "local steps)")
+        for g, ivs in specialisation_along(d, split).items():
+            pair = d["pairs"][split][g]
+            lines.append(f"  specialisation index, {pair['on']} − {pair['off']}, both arms at one step (the models "
+                         f"after the local steps): " + "; ".join(f"{k[len('common '):]}: {_iv(iv, '+.2e')}"
+                                                                  for k, iv in ivs.items())
+                         + f"; {_signs(ivs.values())} steps.")
     lines.append("")
     lines.append("Could these have come out otherwise? That backup workers and proactive local steps raise the "
                  "throughput is set by the set-up (the baselines wait for two 8x stragglers every round); the "
                  "measurement is how much of it turns into lower loss at each scheme's best step. Staleness weighting "
                  "does not change the throughput; its claim is the open one.")
-    lines.append("Each scheme runs at its own tuned step, so staleness weighting is no longer confounded with a smaller "
-                 "mean step (hetero-divergence separates the two for the representations).")
     lines.append("Synchronous methods hand every worker the same model each round and compute one gradient there, so "
                  "their specialisation index is 0 by construction (the ±1e-7 printed is float32 rounding of CKA = 1); "
                  "in ASGD the index measures how stale the workers' copies are, not specialisation; local SGD's is "
                  "how far its workers' own local steps take their models apart (on Dirichlet shards, their data "
-                 "differ).")
+                 "differ), and it grows with the step, so the two local SGD arms are compared at common steps.")
     return "\n".join(lines) + "\n"
 
 
 def verdicts(d: dict) -> list:
-    return [{"claim": f"{c['mitigation']} ({c['on']} against {c['off']}, each at its own tuned step) lowers the "
-                      "training loss at the time budget",
-             "verdict": c["verdict"],
-             "evidence": f"loss difference {_iv(c['loss'])}; test accuracy {_iv(c['accuracy'], '+.3f')}"
-                         + (f"; {c['why']}" if c["why"] else ""),
-             "conditions": f"{d['preset']}: {d['dataset']}, n = 8 with two 8x stragglers, {c['split']} shards, budget "
-                           f"{d['horizon']:g}, each scheme's step bracketed on {len(d['tune_seeds'])} tuning seeds, "
-                           f"{len(d['report_seeds'])} reported seeds (each resampling {', '.join(lab.SOURCES)}); "
-                           "intervals conditional on the tuned steps"}
-            for split in d["rows"] for c in claims_of(d, split)]
+    return [c["verdict"].row(
+        f"{c['mitigation']} ({c['on']} against {c['off']}) lowers the training loss at the time budget",
+        f"loss difference at the tuned steps {_iv(c['loss'])}; test accuracy {_iv(c['accuracy'], '+.3f')}"
+        + (f"; {c['why']}" if c["why"] else ""),
+        f"{d['preset']}: {d['dataset']}, n = 8 with two 8x stragglers, {c['split']} shards, budget "
+        f"{d['horizon']:g}, each scheme's step bracketed on {len(d['tune_seeds'])} tuning seeds, {c['seeds']} "
+        f"reported seeds (each resampling {', '.join(lab.SOURCES)})")
+        for split in d["rows"] for c in claims_of(d, split)]
 
 
 def plot_mitigation(d: dict, path: str) -> None:
@@ -280,11 +368,22 @@ def plot_mitigation(d: dict, path: str) -> None:
 
 
 def rows(d: dict) -> list[dict]:
-    return [{"split": split, "method": nm, "mitigation": r["group"], "on": r["on"], "gamma": float(r["bracket"]["best"]),
-             "interior": bool(r["bracket"]["interior"]), "seed": int(s), "throughput": float(r["throughput"][i]),
-             "final_loss": float(r["loss"][i]), "test_accuracy": float(r["accuracy"][i]),
-             "specialisation": float(r["specialisation"][i])}
-            for split, rows_ in d["rows"].items() for nm, r in rows_.items() for i, s in enumerate(d["report_seeds"])]
+    """One row per (split, scheme, step setting, reported seed): each scheme at its tuned step, and
+    the schemes of a pair at the pair's other step settings."""
+    def row(split, g, label, nm, gamma, v, i):  # reported seeds are 0, 1, …: seed i is the i-th value
+        return {"split": split, "mitigation": g, "setting": label, "method": nm, "gamma": float(gamma), "seed": i,
+                "throughput": float(v["throughput"][i]), "final_loss": float(v["loss"][i]),
+                "test_accuracy": float(v["accuracy"][i]), "specialisation": float(v["specialisation"][i])}
+
+    out = []
+    for split, rows_ in d["rows"].items():
+        for nm, r in rows_.items():
+            out += [row(split, r["group"], "tuned", nm, r["bracket"]["best"], r, i) for i in range(len(r["loss"]))]
+        for g, pair in d["pairs"][split].items():
+            out += [row(split, g, label, nm, pair["settings"][label][nm], v, i)
+                    for label, at in pair["values"].items() if label != "tuned"
+                    for nm, v in at.items() for i in range(len(v["loss"]))]
+    return out
 
 
 FIGURE = Figure("hetero-mitigation", "one mitigation at a time, each scheme at its bracketed step: throughput, loss, "

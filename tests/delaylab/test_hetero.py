@@ -8,6 +8,7 @@ import pytest
 
 from delaylab import cli
 from delaylab.paper_figures import _hetero as lab
+from delaylab import claims
 from delaylab.paper_figures import hetero_frontier, hetero_mitigation
 from delaylab.sim import schedules
 
@@ -38,16 +39,17 @@ def test_until_gives_the_shortest_schedule_that_reaches_the_horizon():
 
 
 def test_mitigation_experiment_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
-    """Through the CLI, on a tiny preset and two of the six schemes, each at its bracketed step
-    (each scheme compiles its own programs; the real preset's runtime is in benchmarks/RESULTS.md, not tested)."""
+    """Through the CLI, on a tiny preset and three of the six schemes (one pair, one scheme without
+    its counterpart), each at its bracketed step; the pair is judged at every step setting (each
+    scheme compiles its own programs; the real preset's runtime is in benchmarks/RESULTS.md, not tested)."""
     import csv
     import json
 
     tiny = dataclasses.replace(lab.PRESETS["quick"], train=800, test=200, pool=4, hidden=16, seeds=2, tune_seeds=2,
-                               horizon=40.0, probes=32, logs=5, max_extend=1)
+                               horizon=40.0, probes=32, logs=5, max_extend=1, more_seeds=2)
     monkeypatch.setitem(lab.PRESETS, "quick", tiny)
     real = hetero_mitigation.mitigation_schemes
-    keep = ("ASGD", "synchronous + 2 backup workers")
+    keep = ("ASGD", "ASGD + staleness weighting", "synchronous + 2 backup workers")
     monkeypatch.setattr(hetero_mitigation, "mitigation_schemes",
                         lambda horizon: {k: v for k, v in real(horizon).items() if k in keep})
     monkeypatch.setattr(hetero_mitigation, "SPLITS", ("dirichlet 1",))  # one split of the two: the same code path
@@ -55,13 +57,14 @@ def test_mitigation_experiment_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch
     text = (tmp_path / "hetero_mitigation.txt").read_text()
     with open(tmp_path / "hetero_mitigation.csv") as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) == 2 * 2  # two schemes, two reported seeds
+    tuned = [r for r in rows if r["setting"] == "tuned"]
+    assert len(tuned) == 3 * 2  # three schemes, two reported seeds
     assert {r["seed"] for r in rows} == {"0", "1"}  # reported seeds, disjoint from the tuning seeds 10000, 10001
     assert {r["split"] for r in rows} == {"dirichlet 1"}
     assert (tmp_path / "hetero_mitigation.png").stat().st_size > 10_000
 
-    def col(method, name):
-        return np.array([float(r[name]) for r in rows if r["method"] == method])
+    def col(method, name, setting="tuned"):
+        return np.array([float(r[name]) for r in rows if r["method"] == method and r["setting"] == setting])
 
     # the six fast workers (τ = 1, exponential noise of mean 0.1) close every round without the stragglers
     assert np.all((4.0 < col("synchronous + 2 backup workers", "throughput"))
@@ -74,8 +77,21 @@ def test_mitigation_experiment_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch
         g = col(method, "gamma")[0]
         assert min(start) / 2 - 1e-9 <= g <= max(start) * 2 + 1e-9
     assert "ASGD |" in text and "synchronous + 2 backup workers |" in text
-    # two schemes of different mitigations: no pair, so no claim, and the verdict file is empty
-    assert json.loads((tmp_path / "hetero_mitigation.verdicts.json").read_text()) == []
+    # the pair: both arms at each arm's tuned step, and each at its grid neighbours
+    d = hetero_mitigation.FIGURE.load(str(tmp_path / "hetero_mitigation.npz"))
+    pair = d["pairs"]["dirichlet 1"]["staleness weighting"]
+    tuned_steps = pair["settings"]["tuned"]
+    for g in set(tuned_steps.values()):
+        assert pair["settings"][f"common γ = {g:.3g}"] == {n: g for n in tuned_steps}
+    for n, g in tuned_steps.items():
+        b = claims.Bracket.from_stored(d["rows"]["dirichlet 1"][n]["bracket"])
+        if b.interior:
+            assert pair["settings"]["neighbours −"][n] < g < pair["settings"]["neighbours +"][n]
+    # a setting's values are the runs at its steps: the tuned setting equals the rows' values
+    np.testing.assert_array_equal(pair["values"]["tuned"]["ASGD"]["loss"], d["rows"]["dirichlet 1"]["ASGD"]["loss"])
+    (row,) = json.loads((tmp_path / "hetero_mitigation.verdicts.json").read_text())
+    assert row["id"] == "mitigation-lowers-loss" and row["kind"] == "superiority"
+    assert row["verdict"] in claims.VERDICTS and "common γ" in text
 
 
 def test_tuned_cells_resample_every_source_and_read_the_budget():
