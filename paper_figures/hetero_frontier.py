@@ -20,6 +20,7 @@ import numpy as np
 
 from delaylab import algos, claims
 from delaylab.paper_figures import _hetero as lab
+from delaylab.paper_figures import catalogue
 from delaylab.paper_figures._figure import Figure
 from delaylab.paper_figures._hetero import N, PRESETS, Preset
 from delaylab.paper_figures._output import pyplot, save_figure
@@ -132,8 +133,10 @@ def compute(p: Preset, parts) -> dict:
     tune, report = claims.disjoint_seeds(p.tune_seeds, p.seeds)
     dsname = lab.tuning_images(p)[0]
     out = {"preset": p.name, "levels": np.array(LEVELS_H), "dataset": dsname, "horizon": p.horizon,
-           "tune_seeds": tune, "report_seeds": report, "tie": p.tie, "cells": {}}
+           "tune_seeds": tune, "report_seeds": report, "tie": p.tie, "refine": p.refine, "more_seeds": p.more_seeds,
+           "cells": {}}
     counts = run_counts(p.horizon)
+    cells, brackets = {}, {}
     for h in LEVELS_H:
         taus = lab.spread_taus(h)
         for name, sc in frontier_schemes(taus, p.horizon).items():
@@ -144,13 +147,53 @@ def compute(p: Preset, parts) -> dict:
                 sched = schedule_of(sc, lab.timing_noise(taus, timing_seed), count, events)
                 return lab.one_run(sc, g, prob, sched, key, p)
 
-            cell = lab.tuned(parts, p, f"h{h:g} {name}", {"h": h, "method": name, "count": count, "events": events},
-                             make_run, sc,
-                             score=lambda r: 1.0 - lab.tail(r, "accuracy", p.horizon))
-            out["cells"][(h, name)] = {**cell, "count": count, "events": events}
-            lab.progress(f"frontier: h = {h:g}, {name}: {claims.Bracket.from_stored(cell['bracket']).note()}")
-    out["seconds"] = sum(c["seconds"] for c in out["cells"].values())
+            c = cells[h, name] = lab.Cell(parts, p, f"h{h:g} {name}", {"h": h, "method": name, "count": count,
+                                                                        "events": events}, make_run)
+            b = brackets[h, name] = c.tune(sc, score=lambda r: 1.0 - lab.tail(r, "accuracy", p.horizon))
+            runs = c.report(b.best)
+            out["cells"][(h, name)] = {"bracket": lab.stored_bracket(b), "runs": runs, "count": count, "events": events}
+            lab.progress(f"frontier: h = {h:g}, {name}: {b.note()}")
+    out["claims"] = {}
+
+    def value(r):
+        return {"accuracy": lab.tail(r, "accuracy", p.horizon), "applied": float(r["applied"])}
+
+    lo, hi, inner = LEVELS_H[0], LEVELS_H[-1], LEVELS_H[1:-1]
+    for name in dict.fromkeys(n for _, n in cells):
+        k = interior_level({h: brackets[h, name] for h in inner})
+        for claim_id, levels in (("heterogeneity-costs-accuracy", (lo, hi)),
+                                 ("intermediate-heterogeneity-optimal", (lo, k, hi))):
+            keyed = {(h, name): brackets[h, name] for h in levels}
+            settings = lab.step_settings(keyed)
+            seeds = p.seeds
+            values = lab.at_settings(cells, settings, value, seeds)
+            if claims.marginal(_verdict(claim_id, name, levels, values["tuned"]).parts) and p.more_seeds > seeds:
+                seeds = p.more_seeds
+                values = lab.at_settings(cells, settings, value, seeds)
+            out["claims"][(claim_id, name)] = {"levels": list(levels), "settings": settings, "values": values,
+                                               "seeds": seeds}
+    out["seconds"] = sum(sum(c.seconds.values()) for c in cells.values())
     return out
+
+
+def interior_level(brackets: dict) -> float:
+    """The interior level the tuning seeds rank best (their best score at the bracketed step), so
+    that the level an "intermediate optimum" is judged at is not chosen on the seeds that judge it."""
+    return min(brackets, key=lambda h: min(brackets[h].scores))
+
+
+def _parts(claim_id: str, name: str, levels, at: dict) -> list:
+    """The claim's comparisons from one step setting's values (``at``: (h, name) -> values)."""
+    acc = {h: at[(h, name)]["accuracy"] for h in levels}
+    if claim_id == "heterogeneity-costs-accuracy":
+        lo, hi = levels
+        return [(f"acc(h = {hi:g}) − acc(h = {lo:g})", acc[hi] - acc[lo])]
+    lo, k, hi = levels
+    return [(f"acc(h = {e:g}) below acc(h = {k:g})", acc[e] - acc[k]) for e in (lo, hi)]
+
+
+def _verdict(claim_id: str, name: str, levels, at: dict, **kw):
+    return catalogue.verdict(claim_id, _parts(claim_id, name, levels, at), **kw)
 
 
 def _names(d: dict) -> list:
@@ -210,29 +253,31 @@ def _bracket(d: dict, h: float, name: str) -> claims.Bracket:
 
 
 def claims_of(d: dict) -> list:
-    """Per scheme, its two claims: [{scheme, claim, verdict, parts, why, level}]."""
-    acc = final_accuracy(d)
-    levels = [float(h) for h in d["levels"]]
-    lo, hi, inner = levels[0], levels[-1], levels[1:-1]
+    """Per scheme, its two claims (catalogue ``heterogeneity-costs-accuracy`` and
+    ``intermediate-heterogeneity-optimal``), each judged at the tuned steps, at each cell's tuned
+    step for all its cells, and at the tuned steps' grid neighbours:
+    [{scheme, claim, verdict, at_steps, seeds, why}]."""
     out = []
-    for nm in _names(d):
-        v, iv = claims.below(acc[(hi, nm)] - acc[(lo, nm)])
-        v, why = claims.gated(v, [_bracket(d, lo, nm), _bracket(d, hi, nm)])
-        if nm in ROUND_BASED:  # could it have come out otherwise? hardly: say so beside the verdict
-            got = applied(d)
-            why = "; ".join(x for x in (why, f"predicted by the set-up: it waits for rounds, and the gradients it "
-                                              f"applies by the budget fall from {np.median(got[lo, nm]):.0f} at "
-                                              f"h = {lo:g} to {np.median(got[hi, nm]):.0f} at h = {hi:g}") if x)
-        out.append({"scheme": nm, "claim": f"heterogeneity costs accuracy: acc(h = {hi:g}) < acc(h = {lo:g})",
-                    "verdict": v, "parts": [("acc(h = %g) − acc(h = %g)" % (hi, lo), iv)], "why": why})
-        # the interior level the tuning seeds rank best (their validation accuracy at the bracketed step)
-        k = min(inner, key=lambda h: min(_bracket(d, h, nm).scores))
-        v, parts = claims.conjunction([(f"acc(h = {e:g}) below acc(h = {k:g})", "below", acc[(e, nm)] - acc[(k, nm)])
-                                       for e in (lo, hi)])
-        v, why = claims.gated(v, [_bracket(d, h, nm) for h in (lo, k, hi)])
-        out.append({"scheme": nm, "claim": f"an intermediate level is optimal: acc(h = {k:g}) above acc(h = {lo:g}) "
-                                           f"and acc(h = {hi:g}) (h = {k:g} chosen on the tuning seeds)",
-                    "verdict": v, "parts": [(p.name, p.interval) for p in parts], "why": why})
+    for (claim_id, nm), c in d["claims"].items():
+        levels = [float(h) for h in c["levels"]]
+        tuned, steps = lab.split_settings(c["values"])
+        as_parts = {kind: {label: _parts(claim_id, nm, levels, at) for label, at in by.items()}
+                    for kind, by in steps.items()}
+        v = _verdict(claim_id, nm, levels, tuned, steps=as_parts, gate=[_bracket(d, h, nm) for h in levels])
+        why = ""
+        if claim_id == "heterogeneity-costs-accuracy" and nm in ROUND_BASED:  # could it have come out otherwise?
+            lo, hi = levels
+            why = (f"predicted by the set-up: it waits for rounds, and the gradients it applies by the budget fall "
+                   f"from {np.median(tuned[(lo, nm)]['applied']):.0f} at h = {lo:g} to "
+                   f"{np.median(tuned[(hi, nm)]['applied']):.0f} at h = {hi:g}")
+        words = (f"heterogeneity costs accuracy: acc(h = {levels[-1]:g}) < acc(h = {levels[0]:g})"
+                 if claim_id == "heterogeneity-costs-accuracy" else
+                 f"an intermediate level is optimal: acc(h = {levels[1]:g}) above acc(h = {levels[0]:g}) and "
+                 f"acc(h = {levels[2]:g}) (h = {levels[1]:g} chosen on the tuning seeds)")
+        at_steps = {label: [(name, claims.paired_interval(x)) for name, x in _parts(claim_id, nm, levels, at)]
+                    for label, at in c["values"].items()}
+        out.append({"scheme": nm, "claim": words, "verdict": v, "at_steps": at_steps, "seeds": c["seeds"],
+                    "settings": c["settings"], "why": why, "levels": levels})
     return out
 
 
@@ -249,7 +294,8 @@ def findings_frontier(d: dict) -> str:
              f"{', '.join(f'{g:g}' for g in GAMMAS_SYNC)} (synchronous, hierarchical) or "
              f"{', '.join(f'{g:g}' for g in GAMMAS_GSP)} (GSP, which steps γ/n per push) on tuning seeds "
              f"{d['tune_seeds']} by the validation accuracy at the budget (scores within {d['tie']:.0%} "
-             f"of the best count as tied, and a tie at an edge extends the grid); reported seeds {d['report_seeds']}, "
+             f"of the best count as tied, and a tie at an edge extends the grid; refined {d['refine']} time(s)); reported "
+             f"seeds {d['report_seeds']} ({d['more_seeds']} for a claim decided within two half-widths), "
              f"each drawing its own {', '.join(lab.SOURCES)} of the fixed training images; a seed's split, initial "
              "model and job-time noise are the same at every h (its minibatches are keyed by event, so they differ "
              f"between schedules). Target accuracy {target(d):.3f} (95% of the best mean at h = 0).",
@@ -271,36 +317,50 @@ def findings_frontier(d: dict) -> str:
     if same:
         lines.append("Bit-identical accuracies on every seed (the same computation at that length, one measurement "
                      "twice): " + "; ".join(f"{a} and {b} at h = {h:g}" for h, a, b in same) + ".")
+    k = catalogue.claim("intermediate-heterogeneity-optimal").family_size
     lines.append("Claims per scheme (paired differences of test accuracy over the reported seeds, mean and 95% "
-                 "t interval; for the second, \"does not hold\" at the Bonferroni level of its two comparisons):")
+                 f"t interval; each scheme's verdict holds at level 1 − 0.05/{k}, the family of {k} schemes, and does "
+                 "not hold at the Bonferroni level of its comparisons; judged at the tuned steps, at each cell's "
+                 "tuned step for all its cells, and at the tuned steps' grid neighbours, and holds or does not "
+                 "hold only where all agree):")
     for c in claims_of(d):
-        ev = "; ".join(f"{n}: {_iv(iv)}" for n, iv in c["parts"])
-        lines.append(f"  {c['scheme']}: {c['claim']}: {c['verdict']} ({ev})" + (f"; {c['why']}" if c["why"] else ""))
+        v = c["verdict"]
+        ev = "; ".join(f"{n}: {_iv(iv)}" for n, iv in c["at_steps"]["tuned"])
+        lines.append(f"  {c['scheme']}: {c['claim']}: {v.verdict} ({c['seeds']} seeds; {ev})"
+                     + (f"; {v.reason}" if v.reason else "") + (f"; {c['why']}" if c["why"] else ""))
+        for label, ivs in c["at_steps"].items():
+            if label != "tuned":
+                st = ", ".join(f"h = {h:g}: γ = {g:.3g}" for (h, _), g in c["settings"][label].items())
+                lines.append(f"    {label} ({st}): " + "; ".join(f"{n} {_iv(iv)}" for n, iv in ivs))
     edge = [f"{nm} at h = {h:g} ({_bracket(d, h, nm).note()})" for (h, nm) in d["cells"] if not _bracket(d, h, nm).interior]
     lines.append(("Steps at a grid's edge after extension: " + "; ".join(edge) + ".") if edge else
                  "Every cell's step is interior to its bracket.")
     st = vanilla_staleness(d) if "vanilla ASGD" in names else {}
-    lines.append("How to read this: synchronous schemes wait for the slowest worker of each round, so a spread of "
-                 "speeds at fixed total compute costs them rounds (their \"heterogeneity costs accuracy\" is "
-                 "predicted by the set-up, as the claims above say). Asynchronous schemes do not wait, and on i.i.d. "
-                 "shards vanilla ASGD's bias toward fast workers (r1, r2) does not move its optimum. Why vanilla "
-                 "ASGD gains is not measured here. Its updates' mean staleness stays near n − 1 = 7 at every h (n "
-                 "jobs are always in flight), while the median falls as the fast workers deliver more of them: "
-                 + ", ".join(f"h = {h:g}: mean {m:.2f}, median {md:g}" for h, (m, md) in st.items())
-                 + ". Rescaled ASGD gives the slow workers' stale gradients "
-                 "proportionally larger steps and must take a smaller γ as speeds spread. With non-i.i.d. shards "
-                 "vanilla ASGD's bias is a cost (r5); these runs cannot show it.")
+    text = ("How to read this: synchronous schemes wait for the slowest worker of each round, so a spread of "
+            "speeds at fixed total compute costs them rounds (their \"heterogeneity costs accuracy\" is "
+            "predicted by the set-up, as the claims above say). Asynchronous schemes do not wait; on i.i.d. shards "
+            "vanilla ASGD's bias toward fast workers (r1, r2) weights shards of one distribution, and why vanilla "
+            "ASGD's accuracy moves with h is not measured here.")
+    if st:
+        text += (" Its updates' mean and median staleness by the budget (updates between a job's dispatch and its "
+                 "arrival; n − 1 = 7 jobs are always in flight): "
+                 + ", ".join(f"h = {h:g}: mean {m:.2f}, median {md:g}" for h, (m, md) in st.items()) + ".")
+    if "Rescaled ASGD" in names:
+        lv = [float(h) for h in d["levels"]]
+        text += (" Rescaled ASGD gives the slow workers' stale gradients proportionally larger steps; its tuned γ "
+                 "by h: " + ", ".join(f"{h:g}: {_bracket(d, h, 'Rescaled ASGD').best:.3g}" for h in lv) + ".")
+    lines.append(text + " With non-i.i.d. shards vanilla ASGD's bias is a cost (r5); these runs cannot show it.")
     return "\n".join(lines) + "\n"
 
 
 def verdicts(d: dict) -> list:
-    return [{"claim": f"{c['scheme']}: {c['claim']}", "verdict": c["verdict"],
-             "evidence": "; ".join(f"{n} {_iv(iv)}" for n, iv in c["parts"]) + (f"; {c['why']}" if c["why"] else ""),
-             "conditions": f"{d['preset']}: {d['dataset']}, n = {N}, i.i.d. shards, time budget {d['horizon']:g}, "
-                           f"steps bracketed per cell on {len(d['tune_seeds'])} tuning seeds (validation accuracy), "
-                           f"{len(d['report_seeds'])} reported seeds (each resampling {', '.join(lab.SOURCES)}); "
-                           "intervals conditional on the tuned steps"}
-            for c in claims_of(d)]
+    return [c["verdict"].row(
+        f"{c['scheme']}: {c['claim']}",
+        "; ".join(f"{n} {_iv(iv)}" for n, iv in c["at_steps"]["tuned"]) + (f"; {c['why']}" if c["why"] else ""),
+        f"{d['preset']}: {d['dataset']}, n = {N}, i.i.d. shards, time budget {d['horizon']:g}, steps bracketed per "
+        f"cell on {len(d['tune_seeds'])} tuning seeds (validation accuracy), {c['seeds']} reported seeds (each "
+        f"resampling {', '.join(lab.SOURCES)})")
+        for c in claims_of(d)]
 
 
 def plot_frontier(d: dict, path: str) -> None:
