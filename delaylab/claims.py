@@ -245,6 +245,33 @@ def step_robust(at: AtSteps, *, seeds: int = 10) -> tuple[str, str]:
     return verdict, ""
 
 
+def step_settings(brackets: dict, *, along: bool = False) -> dict:
+    """The step settings a claim between tuned cells is judged at (:func:`step_robust`):
+    label -> {cell: step}. "tuned": each cell at its own best step; "common γ = g": every cell at
+    g, for each cell's best step g (and, with ``along``, each cell's grid neighbours too: the
+    comparison along the step range); "neighbours −" / "+": each cell one step of its refined
+    grid below / above its best (left out when a cell has none there: a step at an edge, which
+    :func:`gated` makes inconclusive anyway)."""
+    out = {"tuned": {k: b.best for k, b in brackets.items()}}
+    common = sorted({b.best for b in brackets.values()} | ({g for b in brackets.values() for g in b.neighbours()
+                                                             if g is not None} if along else set()))
+    for g in common:
+        out[f"common γ = {g:.3g}"] = {k: g for k in brackets}
+    for side, i in (("−", 0), ("+", 1)):
+        nb = {k: b.neighbours()[i] for k, b in brackets.items()}
+        if all(g is not None for g in nb.values()):
+            out[f"neighbours {side}"] = nb
+    return out
+
+
+def split_settings(values: dict) -> tuple:
+    """(tuned, {"common": ..., "neighbours": ...}) of :func:`paper_figures._hetero.at_settings`' output, for
+    ``paper_figures.catalogue.verdict``'s ``steps`` once each is turned into parts."""
+    common = {k[len("common "):]: v for k, v in values.items() if k.startswith("common ")}
+    nbrs = {k[len("neighbours "):]: v for k, v in values.items() if k.startswith("neighbours ")}
+    return values["tuned"], {"common": common, "neighbours": nbrs}
+
+
 # --------------------------------------------------------------------------------------------
 # reading runs: values at a time, times to a target
 

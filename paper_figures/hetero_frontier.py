@@ -164,7 +164,7 @@ def compute(p: Preset, parts) -> dict:
         for claim_id, levels in (("heterogeneity-costs-accuracy", (lo, hi)),
                                  ("intermediate-heterogeneity-optimal", (lo, k, hi))):
             keyed = {(h, name): brackets[h, name] for h in levels}
-            settings = lab.step_settings(keyed)
+            settings = claims.step_settings(keyed)
             seeds = p.seeds
             values = lab.at_settings(cells, settings, value, seeds)
             if claims.marginal(_verdict(claim_id, name, levels, values["tuned"]).parts) and p.more_seeds > seeds:
@@ -260,7 +260,7 @@ def claims_of(d: dict) -> list:
     out = []
     for (claim_id, nm), c in d["claims"].items():
         levels = [float(h) for h in c["levels"]]
-        tuned, steps = lab.split_settings(c["values"])
+        tuned, steps = claims.split_settings(c["values"])
         as_parts = {kind: {label: _parts(claim_id, nm, levels, at) for label, at in by.items()}
                     for kind, by in steps.items()}
         v = _verdict(claim_id, nm, levels, tuned, steps=as_parts, gate=[_bracket(d, h, nm) for h in levels])

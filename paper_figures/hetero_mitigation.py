@@ -107,7 +107,7 @@ ALONG = ("proactive scheduling",)  # pairs compared along the step range (the sp
 def compute(p: Preset, parts) -> dict:
     """Every split and scheme: its step bracketed on the tuning seeds (training loss at the budget);
     then per mitigation, the baseline and the mitigated scheme on the reported seeds at every step
-    setting the verdict needs (:func:`paper_figures._hetero.step_settings`: the tuned steps, each
+    setting the verdict needs (:func:`delaylab.claims.step_settings`: the tuned steps, each
     arm's tuned step for both, the tuned steps' grid neighbours; for proactive scheduling also
     every neighbour for both arms, to compare the specialisation index along the step range), on
     ``p.more_seeds`` reported seeds where the verdict at the tuned steps is marginal on ``p.seeds``
@@ -165,7 +165,7 @@ def compute(p: Preset, parts) -> dict:
         for group, (off, on) in _pairs(schemes).items():
             members = {n: brackets[n] for n in (off, on) if n is not None}
             paired = len(members) == 2  # a scheme without its counterpart (a reduced set) is only reported
-            settings = (lab.step_settings(members, along=group in ALONG) if paired
+            settings = (claims.step_settings(members, along=group in ALONG) if paired
                         else {"tuned": {n: b.best for n, b in members.items()}})
             seeds = p.seeds
             values = lab.at_settings(cells, settings, value, seeds)
@@ -204,7 +204,7 @@ def claims_of(d: dict, split: str) -> list:
     rows_ = d["rows"][split]
     for g, pair in d["pairs"][split].items():
         off, on = pair["off"], pair["on"]
-        tuned, steps = lab.split_settings(pair["values"])
+        tuned, steps = claims.split_settings(pair["values"])
         as_parts = {kind: {label: [(f"loss: {on} − {off}", at[on]["loss"] - at[off]["loss"])]
                            for label, at in by.items()} for kind, by in steps.items()}
         v = _loss_verdict(tuned, off, on, steps=as_parts,
