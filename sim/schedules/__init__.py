@@ -14,8 +14,8 @@ speeds (slowdowns, stalls) wrap a timing model (:class:`SlowdownTiming`). Failur
 transform that marks some arrivals as lost.
 """
 
-from delaylab.sim.schedules.dispatch import (asynchronous, backup_workers, barrier, fixed_computation, hierarchical,
-                                    random_durations, stale_synchronous, synchronous)
+from delaylab.sim.schedules.dispatch import (asynchronous, backup_workers, barrier, every_worker_rounds, fixed_computation,
+                                    hierarchical, random_durations, stale_synchronous, synchronous)
 from delaylab.sim.schedules.failures import outage_blocks, with_failures, with_outages
 from delaylab.sim.schedules.schedule import Schedule
 from delaylab.sim.schedules.time_bounded import time_bounded_rounds
@@ -24,6 +24,6 @@ from delaylab.sim.schedules.timing import (NOISE_KINDS, ExampleCostTiming, Fixed
 from delaylab.sim.schedules.traces import from_trace, read_trace
 
 __all__ = ["NOISE_KINDS", "ExampleCostTiming", "FixedTiming", "RandomTiming", "Schedule", "SlowdownTiming", "Timing",
-           "TraceTiming", "asynchronous", "backup_workers", "barrier", "fixed_computation", "from_trace", "hierarchical",
-           "job_keys", "random_durations", "read_trace", "stale_synchronous", "synchronous", "time_bounded_rounds",
-           "with_failures", "with_outages", "outage_blocks"]
+           "TraceTiming", "asynchronous", "backup_workers", "barrier", "every_worker_rounds", "fixed_computation",
+           "from_trace", "hierarchical", "job_keys", "random_durations", "read_trace", "stale_synchronous", "synchronous",
+           "time_bounded_rounds", "with_failures", "with_outages", "outage_blocks"]

@@ -2,8 +2,9 @@
 
 Asynchronous (a worker restarts the moment it reports), barrier (synchronous rounds), backup
 workers (rounds that close at the N-th of N + b results, cancelled or TensorFlow's
-SyncReplicas drop-and-restart), hierarchical group averaging, and stale synchronous parallel
-within groups. FedStrag's time-bounded rounds are in :mod:`sim.schedules.time_bounded`; the
+SyncReplicas drop-and-restart), rounds that close once every worker has one result (Malenia
+SGD's "stop" reading), hierarchical group averaging, and stale synchronous parallel within
+groups. FedStrag's time-bounded rounds are in :mod:`sim.schedules.time_bounded`; the
 convenience constructors at the end of this module are the usual entry points.
 """
 
@@ -250,6 +251,78 @@ def _sync_replicas(timing, num_rounds: int, keep: int, description: str) -> Sche
         description=description or (f"SyncReplicas: first {keep} of {n} results per round, stragglers dropped and "
                                     f"restarted, {type(timing).__name__}, {num_rounds} rounds"),
         job_key=_job_key(timing), pull_only=pull)
+
+
+def every_worker_rounds(timing: Timing, *, num_rounds: int, description: str = "") -> Schedule:
+    """Rounds that collect until every worker has one result, then cancel the rest: Malenia SGD's
+    "stop" reading (docs/theory.md §7.5). All workers start round r together at its start on the
+    round's model and work back to back; the round closes at the arrival that gives every worker
+    at least one result computed on that model (ties by the lower worker index). At the close
+    every other worker's job in flight is cancelled: a ``pull_only``, undelivered event at the
+    close for each (``start``: when the cancelled job began), listed after the closer in worker
+    order, and every worker starts the next round at the close.
+
+    An asynchronous-policy schedule; run it with ``algos.malenia_sgd(batch=n)``, which then steps
+    exactly once per round and discards nothing. ``num_rounds`` counts closes. Timing models whose
+    durations come from the jobs' drawn examples (a ``job_key``) are refused: a cancelled job uses
+    up its draw, which the engine's job numbering (completed jobs only) would not follow.
+    """
+    num_rounds = _check_count(num_rounds, "num_rounds")
+    if _job_key(timing) is not None:
+        raise ValueError("every_worker_rounds: durations drawn from the jobs' examples (a job_key) cannot be "
+                         "cancelled consistently; use a timing model without one")
+    n = timing.num_workers
+    rate = 1.0 / np.asarray(timing.mean_durations, np.float64)
+    # a round lasts about the slowest worker's job, in which worker i finishes about τ_max/τ_i jobs
+    jobs = int(math.ceil(num_rounds * (rate.max() / rate.min() + 1) * 1.25)) + 8
+    if isinstance(timing, TraceTiming):
+        jobs = max(len(d) for d in timing.table)
+    while True:
+        dur = timing.durations(jobs)
+        out = _every_worker_events(timing, dur, num_rounds)
+        if out is not None:
+            break
+        if isinstance(timing, TraceTiming):
+            raise ValueError(f"num_rounds={num_rounds} exceeds the jobs the trace records for some worker")
+        jobs *= 2
+    worker, start, finish, pull = (np.asarray(a) for a in out)
+    worker = worker.astype(np.int32)
+    return Schedule(
+        worker=worker, start=start, finish=finish, version=_versions_async(worker, ~pull, n), delivered=~pull,
+        round=np.full(worker.shape[0], -1, np.int64), num_workers=n, policy="async",
+        mean_durations=np.asarray(timing.mean_durations, dtype=np.float64).copy(),
+        description=description or (f"rounds until every worker has one result, the rest cancelled, "
+                                    f"{type(timing).__name__}, {num_rounds} rounds"),
+        job_key=None, pull_only=pull)
+
+
+def _every_worker_events(timing, dur, num_rounds):
+    """The event lists of :func:`every_worker_rounds`, or None if ``dur`` has too few jobs."""
+    n = dur.shape[0]
+    J = _Jobs(timing, dur)
+    ev_w, ev_s, ev_f, ev_p = [], [], [], []
+    t = 0.0
+    for r in range(num_rounds):
+        J.heap.clear()  # the cancelled jobs of the last round
+        for i in range(n):
+            if not J.launch(i, t, r):
+                return None
+        has = np.zeros(n, bool)
+        while True:
+            f, i = J.pop()
+            if not math.isfinite(f):  # a trace's worker ran out of recorded jobs
+                return None
+            ev_w.append(i), ev_s.append(J.began[i]), ev_f.append(f), ev_p.append(False)
+            has[i] = True
+            if has.all():
+                break
+            if not J.launch(i, f, r):
+                return None
+        for j in range(n):  # the jobs in flight at the close, cancelled, in worker order
+            if j != i:
+                ev_w.append(j), ev_s.append(J.began[j]), ev_f.append(f), ev_p.append(True)
+        t = f
+    return ev_w, ev_s, ev_f, ev_p
 
 
 def hierarchical(timing: Timing, *, num_steps: int, levels, warmup: int = 0, comm_time: float = 0.0,

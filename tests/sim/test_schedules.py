@@ -411,3 +411,82 @@ def test_head_is_the_run_stopped_after_k_events():
         barrier.head(6)
     with pytest.raises(ValueError, match="at most"):
         barrier.head(13)
+
+
+def _every_worker_reference(dur: np.ndarray, rounds: int) -> list:
+    """Malenia's "stop" rounds, plainly: every worker starts at the round's start; a heap of
+    (finish, worker, start) pops arrivals, each worker restarting at once, until every worker has
+    one; the jobs left in the heap are cancelled at that arrival, in worker order. Also returns
+    how many cancelled jobs would have ended at the close itself (ties with the closer)."""
+    import heapq
+
+    n = dur.shape[0]
+    used = [0] * n
+    events, t, ties = [], 0.0, 0
+    for _ in range(rounds):
+        heap = []
+        for i in range(n):
+            heapq.heappush(heap, (t + dur[i, used[i]], i, t))
+            used[i] += 1
+        seen = set()
+        while len(seen) < n:
+            f, i, s = heapq.heappop(heap)
+            events.append((i, s, f, False))
+            seen.add(i)
+            if len(seen) < n:
+                heapq.heappush(heap, (f + dur[i, used[i]], i, f))
+                used[i] += 1
+        events += [(j, s, f, True) for _, j, s in sorted(heap, key=lambda e: e[1])]
+        ties += sum(g == f for g, _, _ in heap)
+        t = f
+    return events, ties
+
+
+@pytest.mark.parametrize("kind", ["random", "integer trace"])
+def test_every_worker_rounds_match_a_heap_loop(kind):
+    """Event for event against the plain loop over the same durations; the integer trace has
+    ties, also at the closes."""
+    if kind == "random":
+        timing = schedules.RandomTiming(np.array([1.0, 1.5, 2.0, 4.0, 7.0]), noise="exponential", seed=9)
+        dur = timing.durations(400)
+    else:
+        table = np.random.default_rng(1).integers(1, 6, size=(5, 400)).astype(float)
+        timing, dur = schedules.TraceTiming(tuple(table)), table
+    rounds = 30
+    s = schedules.every_worker_rounds(timing, num_rounds=rounds)
+    ref, ties = _every_worker_reference(dur, rounds)
+    assert s.worker.tolist() == [e[0] for e in ref]
+    np.testing.assert_array_equal(s.start, [e[1] for e in ref])
+    np.testing.assert_array_equal(s.finish, [e[2] for e in ref])
+    np.testing.assert_array_equal(s.pull_only, [e[3] for e in ref])
+    np.testing.assert_array_equal(s.delivered, ~s.pull_only)
+    assert s.policy == "async" and int(s.pull_only.sum()) == 4 * rounds  # n − 1 cancelled per round
+    if kind == "integer trace":
+        assert ties > 0  # jobs ending with the close, after the closer in worker order, were cancelled
+
+
+def test_every_worker_rounds_by_hand():
+    """Fixed τ = (1, 1.75, 2.25, 4.125): every round lasts τ_max = 4.125 (the slowest worker's one
+    job); worker i delivers ⌊τ_max/τ_i⌋ = 4, 2, 1, 1 results and the jobs of workers 0, 1, 2 then in
+    flight are cancelled at the close; versions count the delivered results."""
+    s = schedules.every_worker_rounds(schedules.FixedTiming(np.array([1.0, 1.75, 2.25, 4.125])), num_rounds=3)
+    one = [0, 1, 0, 2, 0, 1, 0, 3, 0, 1, 2]
+    assert s.worker.tolist() == one * 3
+    np.testing.assert_array_equal(s.finish[:11], [1, 1.75, 2, 2.25, 3, 3.5, 4, 4.125, 4.125, 4.125, 4.125])
+    np.testing.assert_array_equal(s.start[:11], [0, 0, 1, 0, 2, 1.75, 3, 0, 4, 3.5, 2.25])
+    np.testing.assert_array_equal(s.finish[11:22], s.finish[:11] + 4.125)
+    np.testing.assert_array_equal(s.pull_only, ([False] * 8 + [True] * 3) * 3)
+    assert s.end_time == 3 * 4.125
+    assert s.version[:11].tolist() == [0, 0, 1, 0, 3, 2, 5, 0, 7, 6, 4]
+    np.testing.assert_array_equal(s.version[11:22], s.version[:11] + 8)  # round 2 starts from the 8 delivered
+    np.testing.assert_array_equal(s.arrivals_per_worker(), [12, 6, 3, 3])
+
+
+def test_every_worker_rounds_refuse_durations_drawn_from_examples():
+    import jax
+
+    timing = schedules.ExampleCostTiming(np.ones((2, 8)), batch_size=2, key=jax.random.key(0))
+    with pytest.raises(ValueError, match="cannot be cancelled consistently"):
+        schedules.every_worker_rounds(timing, num_rounds=2)
+    with pytest.raises(ValueError, match="num_rounds must be a positive integer"):
+        schedules.every_worker_rounds(schedules.FixedTiming(np.ones(2)), num_rounds=0)
