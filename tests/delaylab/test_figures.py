@@ -368,9 +368,9 @@ def test_r5_control_timing_is_exact_and_bad_timing_is_refused():
 
 
 def test_deahes_part_equals_a_direct_sweep_and_redraws(tmp_path, monkeypatch):
-    """DEAHES-O on a tiny configuration (2 workers, τ ∈ {1, 2}, 3 rounds, three of the methods): a
-    (P, method) part equals a direct sweep of that method bit for bit, and the stored .npz redraws
-    the same text."""
+    """DEAHES-O on a tiny configuration (2 workers, τ ∈ {1, 2}, 3 rounds, four of the methods): a
+    (P, method) part equals a direct sweep of that method bit for bit, the one claim whose methods
+    all ran is judged through the catalogue, and the stored .npz redraws the same text."""
     import jax
 
     from delaylab import sim
@@ -384,8 +384,8 @@ def test_deahes_part_equals_a_direct_sweep_and_redraws(tmp_path, monkeypatch):
                                test_size=96, periods=(1, 2), resample=True)
     monkeypatch.setitem(deahes.PRESETS, "tiny", tiny)
     monkeypatch.setattr(deahes, "WORKERS", (2,))
-    # three of the six methods (each compiles its own CNN program): EAHES-O also calibrates a0
-    keep = ("EAMSGD", "EAHES-O", "DEAHES-O")
+    # four of the six methods (each compiles its own CNN program): EAHES-O also calibrates a0
+    keep = ("EAMSGD", "EAHES", "EAHES-O", "DEAHES-O")
     monkeypatch.setattr(deahes, "METHODS", keep)
     monkeypatch.setattr(deahes, "algorithms", lambda **kw: {k: v for k, v in setup.algorithms(**kw).items() if k in keep})
     out = tmp_path / "out"
@@ -407,8 +407,16 @@ def test_deahes_part_equals_a_direct_sweep_and_redraws(tmp_path, monkeypatch):
     assert not np.array_equal(loss[:, 0], loss[:, 1])
     assert np.all(np.isfinite(data["runs"][(2, "DEAHES-O")]["auc"]) | (data["runs"][(2, "DEAHES-O")]["positives"] == 0))
     text = (out / "deahes.txt").read_text()
-    assert "DEAHES-O beats EASGD, EAMSGD, EAHES and EAHES-O: not judged (this run lacks EASGD, EAHES)" in text
+    assert "DEAHES-O beats EASGD, EAMSGD, EAHES and EAHES-O: not judged (this run lacks EASGD)" in text
     assert "AUC" in text and "on DEAHES-O" in text
+    import json
+
+    from delaylab.claims import paired_interval
+
+    (row,) = json.loads((out / "deahes.verdicts.json").read_text())  # overlap helps: EAHES-O below EAHES
+    assert (row["id"], row["kind"]) == ("overlap-helps", "superiority")
+    d = data["runs"][(2, "EAHES-O")]["loss"][0, :, -1] - data["runs"][(2, "EAHES")]["loss"][0, :, -1]  # τ = 1
+    assert f"EAHES-O − EAHES {paired_interval(d)}" in text
     (out / "deahes.txt").unlink()
     assert cli.main(["figure", "deahes", "--redraw", str(out / "deahes.npz"), "--out", str(out)]) == 0
     assert (out / "deahes.txt").read_text() == text
