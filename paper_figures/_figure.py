@@ -272,16 +272,24 @@ class Figure:
             data = self.load(os.path.join(out_dir, f"{stem}.npz"))
         path = os.path.join(out_dir, f"{stem}.png")
         self.plot(data, path)
-        store.write_csv(os.path.join(out_dir, f"{stem}.csv"), self.rows(data))
-        store.atomic_write(os.path.join(out_dir, f"{stem}.txt"), self.findings(data).encode())
-        if self.verdicts is not None:
-            rows = [{"figure": self.name, "stem": stem, **{k: str(r[k]) for k in VERDICT_KEYS}} for r in self.verdicts(data)]
-            store.atomic_write(os.path.join(out_dir, f"{stem}.verdicts.json"),
-                               (json.dumps(rows, indent=1, ensure_ascii=False, allow_nan=False) + "\n").encode())
+        for name, content in self.texts(data).items():
+            store.atomic_write(os.path.join(out_dir, name), content)
         if fresh:  # everything is written; the parts were only there to resume a stopped run
             Parts(os.path.join(out_dir, ".parts", f"{self.name}_{preset}"), code="", conv=None, label=self.name,
                   quiet=True).remove()
         return path
+
+
+    def texts(self, data: Mapping) -> dict:
+        """file name -> bytes of every text output drawn from ``data``: ``<stem>.csv``,
+        ``<stem>.txt`` and, for a figure with verdicts, ``<stem>.verdicts.json`` (the suite
+        regenerates them from each stored ``.npz`` and compares)."""
+        stem = self.file_stem(data)
+        out = {f"{stem}.csv": store.csv_text(self.rows(data)).encode(), f"{stem}.txt": self.findings(data).encode()}
+        if self.verdicts is not None:
+            rows = [{"figure": self.name, "stem": stem, **{k: str(r[k]) for k in VERDICT_KEYS}} for r in self.verdicts(data)]
+            out[f"{stem}.verdicts.json"] = (json.dumps(rows, indent=1, ensure_ascii=False, allow_nan=False) + "\n").encode()
+        return out
 
 
 VERDICT_KEYS = ("id", "kind", "claim", "verdict", "evidence", "conditions")

@@ -157,15 +157,20 @@ def write_figure(fig, path: str, **savefig) -> None:
 
 
 def write_csv(path: str, rows: list[dict], *, fieldnames=None) -> None:
-    """``rows`` as CSV; ``fieldnames`` (default: the first row's keys) also gives an empty table
-    its header."""
+    """``rows`` as CSV (:func:`csv_text`), written atomically."""
+    atomic_write(path, csv_text(rows, fieldnames=fieldnames).encode())
+
+
+def csv_text(rows: list[dict], *, fieldnames=None) -> str:
+    """``rows`` as CSV text; ``fieldnames`` (default: the first row's keys) also gives an empty
+    table its header."""
     buf = io.StringIO()
     names = list(fieldnames) if fieldnames is not None else (list(rows[0]) if rows else None)
     if names:
         writer = csv.DictWriter(buf, fieldnames=names)
         writer.writeheader()
         writer.writerows(rows)
-    atomic_write(path, buf.getvalue().encode())
+    return buf.getvalue()
 
 
 def write_npz(path: str, arrays: Mapping[str, np.ndarray]) -> None:
