@@ -5,7 +5,7 @@ n = 100 workers, Dirichlet(α = 0.1) label split into equal-size shards, MLP 784
 minibatch 4 per gradient, computation times τ_i + |N(0, i)| (variance i) drawn afresh per job,
 τ_i = i. Methods: vanilla ASGD, Rescaled ASGD (γ_i = γ τ_i/τ_H with the expected job times
 E[τ_i + |N(0, i)|]), IA²SGD, Malenia SGD (S = n: one gradient from every worker per round
-[INFERRED]) and Ringleader ASGD.
+[INFERRED]; its round's end read as "stop" or "ignore", docs/theory.md §7.5) and Ringleader ASGD.
 
 How the numbers are made, with the claims harness (:mod:`delaylab.claims`): :func:`compute`.
 Deviation, stated in the text: the training set is a class-stratified random subset
@@ -23,6 +23,7 @@ import jax
 import numpy as np
 
 from delaylab import algos, sim, claims
+from delaylab.paper_figures import catalogue
 from delaylab.paper_figures._figure import Figure, Parts
 from delaylab.paper_figures._output import save_figure
 from delaylab.sim import schedules
@@ -42,6 +43,11 @@ GRIDS = {
 }
 SOURCES = ("subset", "split", "init", "timing", "minibatches")
 RANKING = ("Rescaled ASGD", "Ringleader ASGD", "Malenia SGD")  # Fig. B, lowest training loss first
+CLAIM = "fig-b-ranking"  # paper_figures.catalogue
+PAPER_HORIZON = 30000.0  # the end of Fig. B's time axis, where its ranking is read
+# Malenia SGD's round end (docs/theory.md §7.5): "stop" cancels the jobs in flight at a round's close
+# (schedules.every_worker_rounds), "ignore" lets them run on and discards their gradients on arrival
+READINGS = ("stop", "ignore")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,19 +60,32 @@ class Preset:
     log_points: int
     timing: str = "random"  # "random": τ_i + |N(0, i)| per job; "fixed": exactly τ_i = i
     max_extend: int = 2  # steps added past a starting grid's edge, per side
-    refine: int = 0  # rounds of refinement around the bracketed best step (claims.bracket)
+    refine: int = 1  # rounds of refinement around the bracketed best step (claims.bracket)
     test_size: Optional[int] = None  # the first test_size test images (None: the whole test split)
+    malenia: str = "stop"  # Malenia SGD's round end, one of READINGS
+
+    def __post_init__(self):
+        if self.malenia not in READINGS:
+            raise ValueError(f"malenia must be one of {READINGS}; got {self.malenia!r}")
 
 
+# Every preset: 3 tuning seeds, 10 reported seeds (a verdict decided within two half-widths on fewer
+# is inconclusive: claims.marginal), brackets refined once, Malenia's "stop" reading.
 PRESETS = {p.name: p for p in (
-    # quick: ≤ 10 min on 2 cores; the pipeline end to end at a twentieth of the paper's horizon.
-    Preset("quick", horizon=1500.0, tune_seeds=2, report_seeds=5, train_size=6000, log_points=25),
+    # quick: the pipeline end to end at a twentieth of the paper's horizon.
+    Preset("quick", horizon=1500.0, tune_seeds=3, report_seeds=10, train_size=6000, log_points=25),
+    # quick-ignore: the quick preset with Malenia's "ignore" reading.
+    Preset("quick-ignore", horizon=1500.0, tune_seeds=3, report_seeds=10, train_size=6000, log_points=25,
+           malenia="ignore"),
     # medium: a fifth of the paper's horizon.
-    Preset("medium", horizon=6000.0, tune_seeds=2, report_seeds=6, train_size=6000, log_points=40),
+    Preset("medium", horizon=6000.0, tune_seeds=3, report_seeds=10, train_size=6000, log_points=40),
     # control: the medium preset with deterministic τ_i = i (the control for the timing noise).
-    Preset("control", horizon=6000.0, tune_seeds=2, report_seeds=6, train_size=6000, log_points=40, timing="fixed"),
+    Preset("control", horizon=6000.0, tune_seeds=3, report_seeds=10, train_size=6000, log_points=40, timing="fixed"),
     # full: the paper's horizon 3·10⁴ (hours on 2 cores: benchmarks/RESULTS.md; resumable per run).
-    Preset("full", horizon=30000.0, tune_seeds=2, report_seeds=6, train_size=12000, log_points=60, refine=1),
+    Preset("full", horizon=30000.0, tune_seeds=3, report_seeds=10, train_size=12000, log_points=60),
+    # full-ignore: the full preset with Malenia's "ignore" reading.
+    Preset("full-ignore", horizon=30000.0, tune_seeds=3, report_seeds=10, train_size=12000, log_points=60,
+           malenia="ignore"),
 )}
 
 N_WORKERS = 100
@@ -99,10 +118,22 @@ def _dataset(data_path: Optional[str]):
     return load_mnist_format(data_path)
 
 
+def timing_model(seed: int, timing: str = "random"):
+    """Seed ``seed``'s job-time model: τ_i + |N(0, i)| drawn from its own stream, or τ_i = i exactly."""
+    i = np.arange(1.0, N_WORKERS + 1)
+    if timing == "fixed":
+        return schedules.FixedTiming(i)
+    if timing != "random":
+        raise ValueError(f"timing must be 'random' or 'fixed'; got {timing!r}")
+    return schedules.RandomTiming(i, noise="halfnormal", scale=np.sqrt(i),
+                                  seed=claims.seed_sources(seed, SOURCES)["timing"])
+
+
 def build(*, seed: int, train_size: int, horizon: float, data_path: Optional[str] = None, timing: str = "random",
           test_size: Optional[int] = None):
     """Seed ``seed``'s problem (its own subset, split and initial model, the test split for
-    accuracy), its schedule (its own job-time draws) and its minibatch key; and the data set's name."""
+    accuracy), its asynchronous schedule (its own job-time draws) and its minibatch key; and the
+    data set's name."""
     mean = expected_durations(timing)
     src = claims.seed_sources(seed, SOURCES)
     ds = _dataset(data_path)
@@ -112,19 +143,32 @@ def build(*, seed: int, train_size: int, horizon: float, data_path: Optional[str
                              alpha=ALPHA, hidden=128, batch_size=BATCH, seed=src["split"], init_seed=src["init"],
                              dtype=np.float32, test_images=ds.x_test[test], test_labels=ds.y_test[test])
     events = int(np.ceil(horizon * np.sum(1.0 / mean)))
-    i = np.arange(1.0, N_WORKERS + 1)
-    if timing == "fixed":
-        schedule = schedules.fixed_computation(i, num_events=events)
-    else:
-        schedule = schedules.random_durations(i, num_events=events, noise="halfnormal", scale=np.sqrt(i),
-                                              seed=src["timing"])
+    schedule = schedules.asynchronous(timing_model(seed, timing), num_events=events)
     return problem, schedule, jax.random.key(src["minibatches"]), ds.name
 
 
-def _run(make, stepsize: float, seed: int, cfg: Preset, data_path) -> dict:
-    """One run: one method at one step on one seed's problem, schedule and key."""
+def stop_schedule(seed: int, horizon: float, timing: str = "random", events: Optional[int] = None):
+    """Seed ``seed``'s schedule for Malenia's "stop" reading (``schedules.every_worker_rounds`` on the
+    seed's job times): its first ``events`` events (one length for every seed, so that the runs share
+    one compiled program), or, with ``events=None``, the events up to ``horizon``."""
+    tm = timing_model(seed, timing)
+    rounds = int(np.ceil(horizon / float(np.max(tm.mean_durations)))) + 2
+    while True:
+        s = schedules.every_worker_rounds(tm, num_rounds=rounds)
+        if s.end_time > horizon and (events is None or s.num_events >= events):
+            break
+        rounds *= 2
+    k = int(np.searchsorted(s.finish, horizon, side="right")) if events is None else int(events)
+    return s.head(max(k, 1))
+
+
+def _run(make, stepsize: float, seed: int, cfg: Preset, data_path, stop_events: Optional[int] = None) -> dict:
+    """One run: one method at one step on one seed's problem, schedule and key (``stop_events``:
+    on the seed's "stop" schedule of that many events instead of its asynchronous one)."""
     problem, schedule, key, _ = build(seed=seed, train_size=cfg.train_size, horizon=cfg.horizon, data_path=data_path,
                                       timing=cfg.timing, test_size=cfg.test_size)
+    if stop_events is not None:
+        schedule = stop_schedule(seed, cfg.horizon, cfg.timing, stop_events)
     res = sim.sweep(make(float(stepsize)), problem, schedule, keys=key[None],
                     hparams={"stepsize": np.asarray([stepsize], np.float32)},
                     log_every=max(1, schedule.num_events // cfg.log_points))
@@ -133,7 +177,8 @@ def _run(make, stepsize: float, seed: int, cfg: Preset, data_path) -> dict:
     return {"stats": stats, "time": np.asarray(m["time"], np.float64), "loss": np.asarray(m["loss"], np.float64)[0, 0],
             "grad_sq": np.asarray(m["grad_norm"], np.float64)[0, 0] ** 2,
             "test_accuracy": np.asarray(m["test_accuracy"], np.float64)[0, 0],
-            "diverged_at": int(np.asarray(res.diverged_at)[0, 0]), "end_time": float(schedule.end_time)}
+            "diverged_at": int(np.asarray(res.diverged_at)[0, 0]), "end_time": float(schedule.end_time),
+            "cancelled": int(0 if schedule.pull_only is None else np.sum(schedule.pull_only))}
 
 
 def score_at(run: dict, t: float, horizon: float) -> float:
@@ -143,58 +188,41 @@ def score_at(run: dict, t: float, horizon: float) -> float:
 
 
 def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, progress: bool = True) -> dict:
-    """Every method: its step bracketed on the tuning seeds, then its runs on the reported seeds.
-    Each (method, step, seed) run is one part.
+    """Every method's step bracketed on the tuning seeds, then its runs on the reported seeds; for
+    Fig. B's three methods also the runs at the other step settings its verdict needs
+    (:func:`claims.step_settings`: each of the three tuned steps used for all three,
+    and each method one step of its refined grid below, and above, its tuned step). Every run
+    (method, step, seed) is one part, so a stopped run resumes where it was.
 
-    How the numbers are made (:mod:`delaylab.claims`):
-
-    - **Seeds resample every random source**: a seed s gives, through :func:`claims.seed_sources`,
-      its own class-stratified training subset, Dirichlet split, initial model, job-time draws and
-      minibatch key (``SOURCES``). The test set is the data set's whole test split, the same for
-      every seed (it measures, it is not drawn).
-    - **Steps bracketed on tuning seeds**: each method's step is chosen by :func:`claims.bracket`
-      from its 3-point starting grid (``GRIDS``), extended past an edge while the best step sits
-      there (up to ``max_extend`` steps a side), on ``tune_seeds`` seeds disjoint from the reported
-      ones (refined once around the best in the full preset). The score is the mean over tuning seeds
-      of F averaged over the last tenth of the horizon (:func:`claims.window_mean`, the window the verdicts
-      read; inf if a run diverged).
-    - **Reported seeds** run at the chosen step: F (the theory's objective (1/n) Σ F_i; the shards
-      are equal and partition the training subset, so it is also the pooled cross-entropy over it),
-      ‖∇F‖² and the test accuracy, at ``log_points`` times; curves are the median and interquartile
-      range over the reported seeds.
-    - **Fig. B's ranking** (Rescaled below Ringleader below Malenia in training loss) is judged at
-      the end and, along the same curves (one step per method, tuned for the end, as Fig. B draws one
-      curve per method), at a third and two thirds of the horizon: at each time t the value is F
-      averaged over the log points in (t − horizon/10, t], the paired difference per seed is of log F
-      (the figure's log scale), and :func:`claims.conjunction` gives the verdict (95% Student-t
-      intervals; "does not hold" at the Bonferroni level). A verdict that rests on a step at a grid
-      edge is inconclusive (:func:`claims.gated`). The text adds, for the earlier times, the steps the
-      tuning runs would have chosen for them, since a step tuned for the end need not be best earlier.
-    - **Malenia SGD's rounds** run under the event model's deviation (``algos/rounds.py``): a job in
-      flight at a round's end runs to completion and is discarded, where the paper stops it; the text
-      reports Malenia's rounds and discarded gradients and what the handicap means for the verdict.
-    - The Dirichlet shards are handed to workers in a drawn order (``sim.data.split_dirichlet``), so
-      the most skewed shards, drawn last from the pools' leftovers, do not always go to the slowest
-      workers.
-
-    Every run (method, step, seed) is one part, so a stopped run resumes where it was. Deviation,
-    stated in the text: the training set is a class-stratified random subset (``train_size`` images,
-    so that F and ‖∇F‖² can be evaluated exactly at every log point on a CPU)."""
+    Seeds resample every random source (``SOURCES``, :func:`claims.seed_sources`); the test split
+    is the same for every seed (it measures, it is not drawn). A step is chosen by
+    :func:`claims.bracket` from its starting grid (``GRIDS``), extended past an edge while the best
+    sits there (up to ``max_extend`` a side), refined ``refine`` times, on tuning seeds disjoint from
+    the reported ones, by the mean over them of F averaged over the last tenth of the horizon
+    (:func:`claims.window_mean`, the window the verdict reads; inf if a run diverged). Malenia SGD
+    runs on the asynchronous schedule ("ignore") or on :func:`stop_schedule` ("stop"), one length
+    for every seed, sized by the first reported seed's events up to the horizon."""
     cfg = preset
     tune, report = claims.disjoint_seeds(cfg.tune_seeds, cfg.report_seeds)
     _, schedule0, _, dataset = build(seed=report[0], train_size=cfg.train_size, horizon=cfg.horizon,
                                      data_path=data_path, timing=cfg.timing, test_size=cfg.test_size)
+    stop_events = (stop_schedule(report[0], cfg.horizon, cfg.timing).num_events if cfg.malenia == "stop" else None)
     out = {"preset": cfg.name, "config": dataclasses.asdict(cfg), "dataset": dataset, "n": N_WORKERS,
-           "events": int(schedule0.num_events), "tune_seeds": tune, "report_seeds": report, "methods": {}}
+           "events": int(schedule0.num_events), "malenia_events": int(stop_events or schedule0.num_events),
+           "tune_seeds": tune, "report_seeds": report, "methods": {}}
     methods = _methods(N_WORKERS, expected_durations(cfg.timing))
+    index = {name: mi for mi, name in enumerate(methods)}
     count, held = [0], {}  # held: the runs this process has, so a run read again is neither reloaded nor reprinted
 
-    def run(mi, name, g, seed):
+    def run(name, g, seed):
+        mi = index[name]
         if (mi, float(g), seed) in held:
             return held[mi, float(g), seed]
-        inputs = dict(preset=cfg, dataset=dataset, method=name, stepsize=float(g), seed=int(seed))
+        events = stop_events if name == "Malenia SGD" else None
+        inputs = dict(preset=cfg, dataset=dataset, method=name, stepsize=float(g), seed=int(seed),
+                      stop_events=events)
         part, reused = parts.get(f"m{mi}_g{float(g):.6g}_s{seed}", inputs,
-                                 lambda: _run(methods[name], g, seed, cfg, data_path))
+                                 lambda: _run(methods[name], g, seed, cfg, data_path, events))
         held[mi, float(g), seed] = part
         count[0] += 1
         if progress:
@@ -202,29 +230,43 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
             print(f"  r5 [{count[0]}] {name:16s} γ = {float(g):.4g}, seed {seed}: {how}", flush=True)
         return part
 
-    for mi, name in enumerate(methods):
-        def score(g, mi=mi, name=name):
-            return float(np.mean([score_at(run(mi, name, g, s), cfg.horizon, cfg.horizon) for s in tune]))
+    brackets = {}
+    for name in methods:
+        def score(g, name=name):
+            return float(np.mean([score_at(run(name, g, s), cfg.horizon, cfg.horizon) for s in tune]))
 
-        b = claims.bracket(score, GRIDS[name], max_extend=cfg.max_extend, refine=cfg.refine)
-        runs = [run(mi, name, b.best, s) for s in report]
-        # every tuning run's F at each check time: which step an earlier time would have chosen (text only)
+        b = brackets[name] = claims.bracket(score, GRIDS[name], max_extend=cfg.max_extend, refine=cfg.refine)
+        runs = [run(name, b.best, s) for s in report]
+        # every tuning run's F at each read time: which step an earlier time would have chosen (text only)
         checks = _check_times(cfg.horizon)
-        tuning = np.asarray([[[score_at(run(mi, name, g, s), t, cfg.horizon) for t in checks] for s in tune]
-                             for g in b.steps])  # [steps, tuning seeds, check times]
-        out["methods"][name] = {"times": np.stack([r["time"] for r in runs]),  # [seeds, logs]: a seed's own job times
+        tuning = np.asarray([[[score_at(run(name, g, s), t, cfg.horizon) for t in checks] for s in tune]
+                             for g in b.steps])  # [steps, tuning seeds, read times]
+        # [seeds, logs]: a seed's own log times (its own job times; Malenia's "stop" schedule logs at
+        # other events): the curves are drawn against a method's median, the verdicts read each seed
+        out["methods"][name] = {"times": np.stack([r["time"] for r in runs]),
             "bracket": {"steps": list(b.steps), "scores": list(b.scores), "best": b.best, "interior": b.interior,
                         "edge": b.edge, "extended": b.extended},
             **{k: np.stack([r[k] for r in runs]) for k in ("loss", "grad_sq", "test_accuracy")},
             "diverged": int(sum(r["diverged_at"] >= 0 for r in runs)), "tuning_at_checks": tuning,
             "stats": {k: np.asarray([r["stats"][k] for r in runs]) for k in runs[0]["stats"]},
-            "end_times": [r["end_time"] for r in runs]}
+            "cancelled": np.asarray([r["cancelled"] for r in runs]), "end_times": [r["end_time"] for r in runs]}
         if progress:
             print(f"  r5 {name:16s} {b.note()}", flush=True)
-    # the log points' times differ a little from seed to seed (each draws its own job times); the
-    # curves are drawn against their median, the verdicts read each seed at its own times
-    out["time"] = np.median(next(iter(out["methods"].values()))["times"], axis=0)
+    if set(RANKING) <= set(methods):  # Fig. B's three methods at every step setting of the verdict
+        settings = claims.step_settings({k: brackets[k] for k in RANKING})
+        out["ranking"] = {"settings": settings, "runs": {}}
+        for label, steps in settings.items():
+            out["ranking"]["runs"][label] = {}
+            for name, g in steps.items():
+                runs = [run(name, g, s) for s in report]
+                out["ranking"]["runs"][label][name] = {"times": np.stack([r["time"] for r in runs]),
+                                                       "loss": np.stack([r["loss"] for r in runs])}
     return out
+
+
+def reading(data: dict) -> str:
+    """Malenia SGD's reading in ``data``: a run stored before the choice existed ran "ignore"."""
+    return str(data["config"].get("malenia", "ignore"))
 
 
 def at_time(data: dict, key: str, t: float) -> dict:
@@ -234,21 +276,49 @@ def at_time(data: dict, key: str, t: float) -> dict:
     return {name: claims.window_mean(m["times"], m[key], t, h) for name, m in data["methods"].items()}
 
 
-def ranking_claim(data: dict, t: float) -> dict:
-    """Fig. B's ranking at time t (:func:`compute`): verdict, the two comparisons, the reason."""
-    f = at_time(data, "loss", t)
-    if not set(RANKING) <= set(f):
-        return {"verdict": claims.INCONCLUSIVE, "parts": [], "why": "this run lacks " +
-                ", ".join(k for k in RANKING if k not in f)}
-    logs = {k: np.log(f[k]) for k in RANKING}
-    bad = [k for k in RANKING if not np.all(np.isfinite(logs[k]))]
-    if bad:
-        return {"verdict": claims.INCONCLUSIVE, "parts": [],
-                "why": f"{', '.join(bad)} diverged on some reported seed (F is NaN from then on)"}
-    verdict, parts = claims.conjunction([
-        (f"{a} below {b}", "below", logs[a] - logs[b]) for a, b in zip(RANKING, RANKING[1:])])
-    verdict, why = claims.gated(verdict, [claims.Bracket.from_stored(data["methods"][k]["bracket"]) for k in RANKING])
-    return {"verdict": verdict, "parts": parts, "why": why}
+def _comparisons(f: dict) -> list:
+    """Fig. B's consecutive comparisons from F per seed (name -> values): (name, log F_A − log F_B)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return [(f"{a} below {b}", np.log(f[a]) - np.log(f[b])) for a, b in zip(RANKING, RANKING[1:])]
+
+
+def _diverged(f: dict) -> dict:
+    """name -> reported seeds whose F is not finite (a diverged run), where any."""
+    return {k: int(np.sum(~np.isfinite(f[k]))) for k in RANKING if not np.all(np.isfinite(f[k]))}
+
+
+def setting_values(data: dict) -> dict:
+    """label -> {name: F per reported seed at the horizon} at each step setting of the verdict (the
+    tuned steps are the reported runs); only the tuned steps for data stored without the others."""
+    h = float(data["config"]["horizon"])
+    out = {"tuned": {k: v for k, v in at_time(data, "loss", h).items() if k in RANKING}}
+    for label, by in data.get("ranking", {}).get("runs", {}).items():
+        if label != "tuned":
+            out[label] = {k: claims.window_mean(r["times"], r["loss"], h, h) for k, r in by.items()}
+    return out
+
+
+def settings_of(data: dict) -> dict:
+    """label -> {name: step} of :func:`setting_values`."""
+    return data.get("ranking", {}).get("settings") or {"tuned": {k: data["methods"][k]["bracket"]["best"]
+                                                                 for k in RANKING}}
+
+
+def ranking_verdict(data: dict) -> catalogue.Verdict:
+    """Fig. B's ranking at the end of the horizon through the catalogue (claim ``fig-b-ranking``):
+    the consecutive log-F differences at the tuned steps, judged with the same comparisons at each
+    tuned step used for all three and at the tuned steps' grid neighbours, gated on the brackets.
+    Data without those other settings: inconclusive, robustness to the step not measured."""
+    if not set(RANKING) <= set(data["methods"]):
+        return catalogue.Verdict(catalogue.claim(CLAIM), claims.INCONCLUSIVE, [], "this run lacks " +
+                                 ", ".join(k for k in RANKING if k not in data["methods"]))
+    tuned, steps = claims.split_settings({k: _comparisons(v) for k, v in setting_values(data).items()})
+    v = catalogue.verdict(CLAIM, tuned, steps=steps,
+                          gate=[claims.Bracket.from_stored(data["methods"][k]["bracket"]) for k in RANKING])
+    if "ranking" not in data and "robustness to the step" not in v.reason:  # said whatever the tuned word
+        v = dataclasses.replace(v, verdict=claims.INCONCLUSIVE, reason="; ".join(x for x in (
+            "robustness to the step not measured (these data hold the tuned steps' runs only)", v.reason) if x))
+    return v
 
 
 def _check_times(horizon: float) -> list:
@@ -263,56 +333,96 @@ def _fmt_ratio(iv) -> str:
     return f"{math.exp(iv.mean):.3g} [{math.exp(iv.lo):.3g}, {math.exp(iv.hi):.3g}]"
 
 
+def _fmt_setting(f: dict, *, words: bool) -> str:
+    """One setting's comparisons: the geometric-mean ratio F_A/F_B with its 95% t interval (and
+    each comparison's word with ``words``), or which methods diverged on how many seeds."""
+    bad = _diverged(f)
+    if bad:
+        n = len(next(iter(f.values())))
+        return "diverged: " + ", ".join(f"{k} on {c} of {n} seeds" for k, c in bad.items())
+    _, parts = claims.judge(claims.ORDERING, _comparisons(f))
+    return "; ".join(f"{p.name.replace(' below ', '/')} {_fmt_ratio(p.interval)}" + (f" ({p.verdict})" if words else "")
+                     for p in parts)
+
+
 def findings(data: dict) -> str:
     cfg = data["config"]
     timing = "τ_i = i exactly" if cfg["timing"] == "fixed" else "τ_i = i + |N(0, i)|"
+    h = float(cfg["horizon"])
+    mean = expected_durations(cfg["timing"])
     lines = [f"R5 ({data['preset']} preset): {data['dataset']}, {cfg['train_size']} training images per seed "
              f"(class-stratified subset), n = {data['n']}, Dirichlet α = {ALPHA}, MLP 784–128–10, batch {BATCH}, "
-             f"{timing}; {data['events']} events to simulated time {cfg['horizon']:g}.",
+             f"{timing}; {data['events']} events to simulated time {h:g} (Malenia SGD under the \"{reading(data)}\" "
+             f"reading of its round's end, docs/theory.md §7.5" + (f": {data['malenia_events']} events" if
+                                                                    reading(data) == "stop" else "") + ").",
              f"Seeds: steps bracketed on tuning seeds {data['tune_seeds']}, reported on seeds {data['report_seeds']}; "
              "each seed draws its own " + ", ".join(SOURCES) + " (the test split is the same for every seed).",
-             f"{'method':16s} {'γ':>8s} {'F (end)':>9s} {'‖∇F‖²':>10s} {'test acc':>9s}  bracket (γ: tuning score)"]
-    h = float(cfg["horizon"])
+             f"{'method':16s} {'γ':>8s} {'runner-up':>20s} {'F (end)':>9s} {'‖∇F‖²':>10s} {'test acc':>9s}  "
+             "bracket (γ: tuning score)"]
     end = {k: at_time(data, key, h) for k, key in (("F", "loss"), ("g2", "grad_sq"), ("acc", "test_accuracy"))}
     for name, m in data["methods"].items():
         b = claims.Bracket.from_stored(m["bracket"])
+        second, rel = b.resolution()
         grid = ", ".join(f"{g:.4g}: {s:.3g}" for g, s in zip(b.steps, b.scores))
-        lines.append(f"{name:16s} {b.best:8.3g} {np.median(end['F'][name]):9.4f} {np.median(end['g2'][name]):10.4g} "
-                     f"{np.median(end['acc'][name]):9.3f}  {grid}")
+        runner = f"{second:.3g} ({rel:+.1%})" if math.isfinite(rel) else "none"
+        lines.append(f"{name:16s} {b.best:8.3g} {runner:>20s} {np.median(end['F'][name]):9.4f} "
+                     f"{np.median(end['g2'][name]):10.4g} {np.median(end['acc'][name]):9.3f}  {grid}")
         if not b.interior:
             lines.append(f"  ({name}: {b.note()})")
         if m["diverged"]:
             lines.append(f"  ({name}: {m['diverged']} reported run(s) diverged)")
-    lines.append("(medians over the reported seeds of the values averaged over the last tenth of the run)")
-    lines.append("Fig. B's ranking, Rescaled below Ringleader below Malenia in training loss F, read along the curves "
-                 "(each method at its step tuned for the end of the horizon, one curve per method as in Fig. B; the "
-                 "paper states the ranking at its end only): per comparison the geometric mean over seeds of "
-                 "F_A/F_B with its 95% t interval (of the mean log ratio; \"does not hold\" at the Bonferroni level).")
-    for t in check_times(data):
-        c = ranking_claim(data, t)
-        parts = "; ".join(f"{p.name}: ratio {_fmt_ratio(p.interval)} ({p.verdict})" for p in c["parts"])
-        lines.append(f"  t = {t:g}: {c['verdict']}" + (f" ({parts})" if parts else "") + (f"; {c['why']}" if c["why"] else ""))
+    lines.append("(medians over the reported seeds of the values averaged over the last tenth of the run; runner-up: "
+                 "the second-best step of the bracket and its tuning score relative to the best's)")
+    v = ranking_verdict(data)
+    lines.append(f"Fig. B's ranking, Rescaled below Ringleader below Malenia in training loss F, judged at the end of "
+                 f"the horizon, t = {h:g} (the paper states it at the end of its axis): per comparison the geometric "
+                 "mean over seeds of F_A/F_B with its 95% t interval (of the mean log ratio; \"does not hold\" at the "
+                 "Bonferroni level). It holds or does not hold only where the tuned steps, each tuned step used for "
+                 "all three methods, and the tuned steps' grid neighbours give the same word, and none is decided "
+                 "within two half-widths on fewer than 10 seeds.")
+    lines.append(f"  verdict: {v.verdict}" + (f" ({v.reason})" if v.reason else ""))
+    if set(RANKING) <= set(data["methods"]):
+        values, settings = setting_values(data), settings_of(data)
+        for label, f in values.items():
+            steps = ", ".join(f"{k.split()[0]} γ = {g:.3g}" for k, g in settings[label].items())
+            lines.append(f"  {label} ({steps}): {_fmt_setting(f, words=True)}")
+        lines.append("Along the same curves at earlier times (each method at its step tuned for the end; a "
+                     "description, not a verdict: the paper states no ranking there):")
+        for t in check_times(data)[:-1]:
+            f = {k: v for k, v in at_time(data, "loss", t).items() if k in RANKING}
+            lines.append(f"  t = {t:g}: {_fmt_setting(f, words=False)}")
     lines += _earlier_tuning(data)
-    if "Malenia SGD" in data["methods"]:
-        st = data["methods"]["Malenia SGD"]["stats"]
-        lines.append("Malenia SGD runs rounds, and a job in flight at a round's end is not cancelled (the event model "
-                     "fixes job times ahead): its gradient is discarded on arrival and the worker starts anew, so a round "
-                     "waits for the slowest worker to finish a stale job and then a fresh one, up to twice as long as with "
-                     f"cancelling (docs/theory.md §7.5). Here: {np.median(st['rounds']):.0f} rounds and {np.median(st['discarded']):.0f} "
-                     "discarded gradients per run (medians). This handicaps Malenia against the paper's algorithm: "
-                     "\"Ringleader below Malenia\" may hold here because of it, and a \"does not hold\" for it is the stronger finding.")
-    if data["preset"] != "full":
-        lines.append(f"This is the {data['preset']} preset: horizon {h:g}, not the paper's 3·10⁴ (which holds some "
-                     "150–250 of the slowest worker's jobs); at this horizon the round methods have made only a few "
-                     "updates, so its rows check the pipeline more than Fig. B.")
-    lines.append(f"{len(data['report_seeds'])} reported seeds, against ≥ 10 planned (the paper: 30), for runtime "
-                 "(benchmarks/RESULTS.md).")
+    lines += _malenia_note(data)
+    slowest = float(mean[-1])
+    if data["preset"] != "full" and h < PAPER_HORIZON:
+        lines.append(f"This is the {data['preset']} preset: horizon {h:g}, about {h / slowest:.0f} of the slowest "
+                     f"worker's expected jobs, against the paper's {PAPER_HORIZON:g} (about {PAPER_HORIZON / slowest:.0f}); "
+                     "its rows check the pipeline more than Fig. B.")
+    lines.append(f"{len(data['report_seeds'])} reported seeds (the paper: 30).")
     return "\n".join(lines) + "\n"
 
 
+def _malenia_note(data: dict) -> list:
+    """What Malenia's reading did in these runs: rounds, cancelled jobs, discarded gradients."""
+    if "Malenia SGD" not in data["methods"]:
+        return []
+    m = data["methods"]["Malenia SGD"]
+    st, rounds = m["stats"], float(np.median(m["stats"]["rounds"]))
+    length = float(np.median(np.asarray(m["end_times"]) / np.maximum(np.asarray(st["rounds"]), 1)))
+    if reading(data) == "stop":
+        return [f"Malenia SGD, \"stop\": each round closes once every worker has one gradient at the round's point; "
+                f"the jobs then in flight are cancelled and every worker starts the next round. Here: {rounds:.0f} "
+                f"rounds of {length:.0f} time units, {np.median(m['cancelled']):.0f} cancelled jobs and "
+                f"{np.median(st['discarded']):.0f} discarded gradients per run (medians)."]
+    return [f"Malenia SGD, \"ignore\": a job in flight at a round's end runs on; its gradient is discarded on arrival "
+            "and its worker starts anew, so a round can wait for the slowest worker to finish a stale job and then a "
+            f"fresh one. Here: {rounds:.0f} rounds of {length:.0f} time units and {np.median(st['discarded']):.0f} "
+            "discarded gradients per run (medians). The \"stop\" reading (the default preset) cancels those jobs."]
+
+
 def _earlier_tuning(data: dict) -> list:
-    """For each earlier check time: the step each method's tuning runs would have chosen for that
-    time, and the ranking of the three on the tuning seeds at those steps (no interval: 2 seeds)."""
+    """For each earlier read time: the step each method's tuning runs would have chosen for that
+    time, and the order of the three on the tuning seeds at those steps (no interval)."""
     if not set(RANKING) <= set(data["methods"]):
         return []
     out = []
@@ -331,19 +441,16 @@ def _earlier_tuning(data: dict) -> list:
 
 def verdicts(data: dict) -> list:
     cfg = data["config"]
-    out = []
-    for t in check_times(data):
-        c = ranking_claim(data, t)
-        ev = "; ".join(f"F ratio {p.name.replace(' below ', '/')} {_fmt_ratio(p.interval)}" for p in c["parts"])
-        out.append({"claim": f"Fig. B's ranking at t = {t:g}: Rescaled below Ringleader below Malenia in training loss "
-                             "(along the curves, steps tuned for the end)",
-                    "verdict": c["verdict"], "evidence": ev + (f"; {c['why']}" if c["why"] else ""),
-                    "conditions": f"{data['preset']}: {data['dataset']}, horizon {cfg['horizon']:g}, "
-                                  f"{'fixed' if cfg['timing'] == 'fixed' else 'random'} "
-                                  f"times, steps bracketed on {len(data['tune_seeds'])} tuning seeds, "
-                                  f"{len(data['report_seeds'])} reported seeds (each resampling {', '.join(SOURCES)}); "
-                                  "intervals conditional on the tuned steps"})
-    return out
+    h = float(cfg["horizon"])
+    v = ranking_verdict(data)
+    ev = "; ".join(f"F ratio {p.name.replace(' below ', '/')} {_fmt_ratio(p.interval)}" for p in v.parts)
+    return [v.row(f"Fig. B's ranking at the end of the horizon (t = {h:g}): Rescaled below Ringleader below Malenia "
+                  f"in training loss (Malenia SGD's \"{reading(data)}\" reading)",
+                  ev or "no comparison",
+                  f"{data['preset']}: {data['dataset']}, horizon {h:g}, "
+                  f"{'fixed' if cfg['timing'] == 'fixed' else 'random'} times, steps bracketed on "
+                  f"{len(data['tune_seeds'])} tuning seeds, {len(data['report_seeds'])} reported seeds (each "
+                  f"resampling {', '.join(SOURCES)}); intervals conditional on the tuned steps")]
 
 
 def plot(data: dict, path: str) -> None:
@@ -354,8 +461,8 @@ def plot(data: dict, path: str) -> None:
 
     colors = ("tab:red", "tab:blue", "tab:purple", "tab:orange", "tab:green")
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2), dpi=110)
-    t = np.asarray(data["time"])
     for (name, m), color in zip(data["methods"].items(), colors):
+        t = np.median(np.asarray(m["times"]), axis=0)  # a method's own log times (Malenia's "stop" schedule differs)
         for ax, key in zip(axes, ("loss", "grad_sq", "test_accuracy")):
             v = np.asarray(m[key])
             med = np.nanmedian(v, axis=0)
@@ -375,18 +482,20 @@ def plot(data: dict, path: str) -> None:
     timing = "τ_i = i" if cfg["timing"] == "fixed" else "τ_i = i + |N(0, i)|"
     fig.suptitle(f"R5: {data['dataset']}, n = {data['n']}, Dirichlet α = {ALPHA}, {timing} ({data['preset']} preset, "
                  f"{len(data['report_seeds'])} seeds resampling data, split, init, times; steps bracketed on "
-                 f"{len(data['tune_seeds'])} other seeds; dotted: where the ranking is judged)", fontsize=9)
+                 f"{len(data['tune_seeds'])} other seeds; Malenia \"{reading(data)}\"; dotted: read times, the ranking judged at "
+                 "the last)", fontsize=9)
     save_figure(fig, path)
 
 
 def rows(data: dict) -> list[dict]:
+    """One row per (method, log point): the median over the reported seeds of the log time and of
+    each logged value (each method logs at its own times)."""
     out = []
-    for j, t in enumerate(data["time"]):
-        row = {"time": float(t)}
-        for name, m in data["methods"].items():
-            for key in ("loss", "grad_sq", "test_accuracy"):
-                row[f"{name} {key}"] = float(np.nanmedian(np.asarray(m[key])[:, j]))
-        out.append(row)
+    for name, m in data["methods"].items():
+        t = np.median(np.asarray(m["times"]), axis=0)
+        for j in range(t.shape[0]):
+            out.append({"method": name, "time": float(t[j]),
+                        **{key: float(np.nanmedian(np.asarray(m[key])[:, j])) for key in ("loss", "grad_sq", "test_accuracy")}})
     return out
 
 

@@ -325,36 +325,133 @@ def test_r5_seeds_resample_every_source_and_a_part_is_a_direct_run(tmp_path, mon
     text = (out / "r5_mnist_tiny.txt").read_text()
     assert "tiny preset" in text and "this run lacks Rescaled ASGD, Ringleader ASGD, Malenia SGD" in text
     assert r5_mnist.findings(fig.load(str(out / "r5_mnist_tiny.npz"))) == text
+    import json
+
+    (row,) = json.loads((out / "r5_mnist_tiny.verdicts.json").read_text())
+    assert (row["id"], row["kind"], row["verdict"]) == ("fig-b-ranking", "ordering", "inconclusive")
 
 
-def _r5_synthetic(logf: dict, interior=True) -> dict:
-    """R5 data with the given per-seed log F at every log point (no run)."""
-    times = np.tile(np.linspace(0.0, 300.0, 31), (len(next(iter(logf.values()))), 1))
+def _r5_synthetic(logf: dict, interior=True, others=None) -> dict:
+    """R5 data with the given per-seed log F (constant over a run's log points) at the tuned steps,
+    and ``others``: label -> per-seed log F at the verdict's other step settings (None: data
+    stored without them). Brackets: steps 1, 2, 3, the best 2 (interior) or 3 (the upper edge)."""
+    n = len(next(iter(logf.values())))
+    times = np.tile(np.linspace(0.0, 300.0, 31), (n, 1))
     bracket = {"steps": [1.0, 2.0, 3.0], "scores": [2.0, 1.0, 2.0 if interior else 0.5], "best": 2.0 if interior else 3.0,
                "interior": interior, "edge": "" if interior else "upper", "extended": 0}
-    return {"config": {"horizon": 300.0}, "methods": {k: {"times": times, "bracket": bracket,
-                                                          "loss": np.exp(np.asarray(v, float)[:, None] + 0 * times)}
-                                                      for k, v in logf.items()}}
+    curve = lambda v: np.exp(np.asarray(v, float)[:, None] + 0 * times)  # noqa: E731
+    data = {"config": {"horizon": 300.0, "timing": "random", "train_size": 0}, "preset": "test", "dataset": "synthetic",
+            "n": 3, "events": 31, "malenia_events": 31, "tune_seeds": [9], "report_seeds": list(range(n)),
+            "methods": {k: {"times": times, "bracket": bracket, "loss": curve(v), "grad_sq": curve(v),
+                            "test_accuracy": curve(v), "diverged": 0, "cancelled": np.zeros(n), "end_times": [300.0] * n,
+                            "stats": {"rounds": np.ones(n), "discarded": np.zeros(n)},
+                            "tuning_at_checks": np.ones((3, 1, 3))} for k, v in logf.items()}}
+    if others is not None:
+        labels = {"tuned": logf, **others}
+        data["ranking"] = {"settings": {label: {k: 2.0 for k in logf} for label in labels},
+                           "runs": {label: {k: {"times": times, "loss": curve(v)} for k, v in at.items()}
+                                    for label, at in labels.items()}}
+    return data
 
 
-def test_r5_ranking_verdict_is_paired_over_seeds_and_gated_by_edges():
+def test_r5_ranking_verdict_at_the_horizon_is_paired_step_robust_and_gated():
+    """Fig. B's ranking through the catalogue (fig-b-ranking, an ordering): paired over seeds,
+    holds only where every step setting agrees, inconclusive where one disagrees, where the data
+    hold no other step setting, or where a tuned step is at an edge; a diverged seed is named."""
     from delaylab.paper_figures import r5_mnist
 
     rng = np.random.default_rng(0)
-    seed_effect = rng.normal(0.0, 1.0, 6)  # shared by the methods on a seed: the pairing removes it
-    noise = lambda: rng.normal(0.0, 0.01, 6)  # noqa: E731
-    order = {"Rescaled ASGD": seed_effect + noise(), "Ringleader ASGD": seed_effect + 0.1 + noise(),
-             "Malenia SGD": seed_effect + 0.2 + noise()}
-    c = r5_mnist.ranking_claim(_r5_synthetic(order), 300.0)
-    assert c["verdict"] == "holds", c
+    seed_effect = rng.normal(0.0, 1.0, 10)  # shared by the methods on a seed: the pairing removes it
+    noise = lambda: rng.normal(0.0, 0.01, 10)  # noqa: E731
+    order = lambda: {"Rescaled ASGD": seed_effect + noise(), "Ringleader ASGD": seed_effect + 0.1 + noise(),  # noqa: E731
+                     "Malenia SGD": seed_effect + 0.2 + noise()}
+    settings = {"common γ = 2": order(), "neighbours −": order(), "neighbours +": order()}
+    v = r5_mnist.ranking_verdict(_r5_synthetic(order(), others=settings))
+    assert (v.claim.id, v.claim.kind, v.verdict) == ("fig-b-ranking", "ordering", "holds"), v
     # unpaired, the seed effect (sd 1) would swamp the 0.1 gaps; paired, the intervals are narrow
-    assert all(p.interval.half < 0.05 for p in c["parts"])
-    swapped = dict(order, **{"Ringleader ASGD": order["Malenia SGD"], "Malenia SGD": order["Ringleader ASGD"]})
-    assert r5_mnist.ranking_claim(_r5_synthetic(swapped), 300.0)["verdict"] == "does not hold"
-    tied = dict(order, **{"Ringleader ASGD": seed_effect + rng.normal(0.0, 0.5, 6)})
-    assert r5_mnist.ranking_claim(_r5_synthetic(tied), 300.0)["verdict"] == "inconclusive"
-    edge = r5_mnist.ranking_claim(_r5_synthetic(order, interior=False), 300.0)
-    assert edge["verdict"] == "inconclusive" and "grid's edge" in edge["why"]
+    assert all(p.interval.half < 0.05 for p in v.parts) and [p.verdict for p in v.parts] == ["holds", "holds"]
+    assert v.steps == {"common step γ = 2": "holds", "neighbours −": "holds", "neighbours +": "holds"}
+    swap = lambda o: dict(o, **{"Ringleader ASGD": o["Malenia SGD"], "Malenia SGD": o["Ringleader ASGD"]})  # noqa: E731
+    v = r5_mnist.ranking_verdict(_r5_synthetic(swap(order()), others={k: swap(x) for k, x in settings.items()}))
+    assert v.verdict == "does not hold"
+    flipped = r5_mnist.ranking_verdict(_r5_synthetic(order(), others=dict(settings, **{"neighbours +": swap(order())})))
+    assert flipped.verdict == "inconclusive" and flipped.reason.startswith("depends on the step")
+    old = r5_mnist.ranking_verdict(_r5_synthetic(order()))  # stored before the other settings were run
+    assert old.verdict == "inconclusive" and "robustness to the step not measured" in old.reason
+    edge = r5_mnist.ranking_verdict(_r5_synthetic(order(), interior=False, others=settings))
+    assert edge.verdict == "inconclusive" and "grid's edge" in edge.reason
+    few = {k: x[:5] for k, x in order().items()}  # decided, but within two half-widths on 5 seeds
+    few["Malenia SGD"] = few["Ringleader ASGD"] + 0.015 + rng.normal(0.0, 0.01, 5)
+    v = r5_mnist.ranking_verdict(_r5_synthetic(few, others={k: few for k in settings}))
+    assert v.verdict == "inconclusive" and "fewer than 10 seeds" in v.reason
+    bad = dict(order(), **{"Ringleader ASGD": np.r_[np.nan, order()["Ringleader ASGD"][1:]]})
+    data = _r5_synthetic(order(), others=dict(settings, **{"common γ = 2": bad}))
+    assert r5_mnist.ranking_verdict(data).verdict == "inconclusive"
+    assert "common γ = 2 (Rescaled γ = 2, Ringleader γ = 2, Malenia γ = 2): diverged: Ringleader ASGD on 1 of 10 seeds" \
+        in r5_mnist.findings(data)
+    (row,) = r5_mnist.verdicts(data)
+    assert (row["id"], row["kind"]) == ("fig-b-ranking", "ordering")
+
+
+def test_r5_compute_runs_every_step_setting_once_and_judges_at_the_horizon(tmp_path, monkeypatch):
+    """compute with every run replaced by a closed form (F = c_k (1 + (log γ/γ*_k)²/100) per seed,
+    constant in time): each method's bracket lands on the grid step nearest γ*_k, the three ranked
+    methods also run at each tuned step and at their refined grid's neighbours, each (method, step,
+    seed) once, and the ranking c_Rescaled < c_Ringleader < c_Malenia holds at every setting."""
+    from delaylab import claims
+    from delaylab.paper_figures import r5_mnist
+
+    best = {"Rescaled ASGD": 0.003, "Ringleader ASGD": 0.005, "Malenia SGD": 0.2}
+    level = {"Rescaled ASGD": 1.0, "Ringleader ASGD": 1.5, "Malenia SGD": 2.0}
+    calls = []
+
+    def fake_run(name, g, seed, cfg, data_path, stop_events=None):
+        calls.append((name, float(g), seed))
+        t = np.linspace(0.0, cfg.horizon, 5)
+        f = level[name] * (1 + np.log(g / best[name]) ** 2 / 100) * (1 + 0.01 * np.sin(seed + len(name)))
+        return {"stats": {"rounds": 3.0, "discarded": 0.0}, "time": t, "loss": np.full(5, f), "grad_sq": np.ones(5),
+                "test_accuracy": np.ones(5), "diverged_at": -1, "end_time": float(cfg.horizon), "cancelled": 7}
+
+    monkeypatch.setattr(r5_mnist, "_methods", lambda n, taus: {k: k for k in r5_mnist.RANKING})
+    monkeypatch.setattr(r5_mnist, "_run", fake_run)
+    tiny = r5_mnist.Preset("tiny", horizon=20.0, tune_seeds=3, report_seeds=10, train_size=600, log_points=4,
+                           test_size=200)
+    parts = paper_figures._figure.Parts(str(tmp_path / "parts"), code="c", conv=None, label="r5", quiet=True)
+    data = r5_mnist.compute(tiny, parts, progress=False)
+    assert len(calls) == len(set(calls))  # each run once
+    tuned = {k: data["methods"][k]["bracket"]["best"] for k in r5_mnist.RANKING}
+    assert tuned == best  # the starting grids' middle steps; their refined neighbours score worse
+    settings = data["ranking"]["settings"]
+    assert set(settings) == {"tuned", "neighbours −", "neighbours +"} | {f"common γ = {g:.3g}" for g in tuned.values()}
+    for label, steps in settings.items():
+        for k, g in steps.items():
+            assert {(k, g, s) for s in range(10)} <= set(calls), (label, k)
+    for k, b in data["methods"].items():
+        lo, hi = claims.Bracket.from_stored(b["bracket"]).neighbours()
+        assert (settings["neighbours −"][k], settings["neighbours +"][k]) == (lo, hi)
+    v = r5_mnist.ranking_verdict(data)
+    assert v.verdict == "holds" and set(v.steps.values()) == {"holds"}, v
+    assert "7 cancelled jobs and 0 discarded gradients" in r5_mnist.findings(data)
+    n = len(calls)
+    r5_mnist.compute(tiny, parts, progress=False)
+    assert len(calls) == n  # a rerun reads every run from its part
+
+
+def test_r5_stop_schedules_share_one_length_and_reach_the_horizon():
+    """Malenia's "stop" schedule per seed: every_worker_rounds on the seed's own job times (those
+    of its asynchronous schedule), cut to one length for every seed."""
+    from delaylab.paper_figures import r5_mnist
+    from delaylab.sim import schedules
+
+    ref = r5_mnist.stop_schedule(0, 400.0)
+    assert ref.end_time <= 400.0 < r5_mnist.stop_schedule(0, 400.0, events=ref.num_events + 1).end_time
+    other = r5_mnist.stop_schedule(1, 400.0, events=ref.num_events)
+    assert other.num_events == ref.num_events and not np.array_equal(other.finish, ref.finish)
+    full = schedules.every_worker_rounds(r5_mnist.timing_model(1), num_rounds=8)
+    np.testing.assert_array_equal(other.finish, full.finish[:ref.num_events])
+    _, asy, _, _ = r5_mnist.build(seed=1, train_size=600, horizon=400.0, test_size=10)
+    first = [np.flatnonzero(s.worker == 99)[0] for s in (asy, other)]  # the slowest worker's first job: one draw
+    assert asy.finish[first[0]] == other.finish[first[1]]
 
 
 def test_r5_control_timing_is_exact_and_bad_timing_is_refused():
