@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from delaylab import algos, sim, claims
-from delaylab.paper_figures import _hetero as lab
+from delaylab.paper_figures import _hetero as lab, catalogue
 from delaylab.paper_figures._figure import Figure, Parts
 from delaylab.paper_figures._output import pyplot, save_figure
 from delaylab.sim import schedules
@@ -259,7 +259,8 @@ def compute(p: Preset, parts: Parts) -> dict:
     them, so differences are paired. Verdicts (:mod:`delaylab.claims`): on the log ratios over seeds,
     95% Student-t intervals; "vanilla converges toward F_p" holds on a split when vanilla's
     ‖∇F_p‖ < ‖∇F‖, Rescaled's ‖∇F‖ < ‖∇F_p‖ and vanilla's ‖∇F_p‖ < ‖∇F_p̃‖ all hold
-    (:func:`claims.conjunction`); with tuned steps, inconclusive where a step sits at its grid's edge."""
+    (one conjunction, :func:`paper_figures.catalogue.verdict`); with tuned steps, inconclusive where
+    a step sits at its grid's edge."""
     ds_name = lab.tuning_images(p)[0]
     _, report = claims.disjoint_seeds(p.tune_seeds, p.seeds)
     cells = {}
@@ -320,17 +321,21 @@ def measures(K: np.ndarray) -> dict:
     return {"grad_p": gp, "grad_F": gF, "ratio": gp / gF, "quantile": quantile}
 
 
+CLAIM_ID = "frequency-bias-networks"
+
+
 def claim_parts(cell: dict, where: str = "avg") -> list:
-    """The comparisons behind "vanilla ASGD settles toward F_p" in one cell, each (name, "below", d)."""
+    """The comparisons behind "vanilla ASGD settles toward F_p" in one cell, each (name, d) with d
+    below 0 where vanilla leans toward F_p (the catalogue's superiority test)."""
     ok = _ok(cell)
     v = measures(_grams(cell, "vanilla ASGD", where, ok))
     r = measures(_grams(cell, "Rescaled ASGD", where, ok))
-    parts = [("vanilla: ‖∇F_p‖ < ‖∇F‖", "below", np.log(v["ratio"])),
-             ("vanilla nearer F_p than Rescaled (paired log ratios)", "below", np.log(v["ratio"]) - np.log(r["ratio"])),
-             ("vanilla: p below the median of its reorderings (quantile − ½)", "below", v["quantile"] - 0.5)]
+    parts = [("vanilla: ‖∇F_p‖ < ‖∇F‖", np.log(v["ratio"])),
+             ("vanilla nearer F_p than Rescaled (paired log ratios)", np.log(v["ratio"]) - np.log(r["ratio"])),
+             ("vanilla: p below the median of its reorderings (quantile − ½)", v["quantile"] - 0.5)]
     if CONTROL in cell:
         c = measures(_grams(cell, CONTROL, where, ok))
-        parts.append(("vanilla below its equal-job-times control (paired log ratios)", "below",
+        parts.append(("vanilla below its equal-job-times control (paired log ratios)",
                       np.log(v["ratio"]) - np.log(c["ratio"])))
     return parts
 
@@ -340,7 +345,8 @@ def analyse(cell: dict, where: str = "avg") -> dict:
     ok = _ok(cell)
     out = {"seeds": int(ok.sum()), "diverged": int((~ok).sum()),
            "m": {m: measures(_grams(cell, m, where, ok)) for m in cell}}
-    out["verdict"], out["parts"] = claims.conjunction(claim_parts(cell, where))
+    judged = catalogue.verdict(CLAIM_ID, claim_parts(cell, where))  # the claim on this cell alone, ungated
+    out["verdict"], out["parts"] = judged.verdict, judged.parts
     out["table_verdict"], out["table_interval"] = claims.below(-np.log(out["m"]["IA²SGD"]["ratio"]))
     out["lean"] = {m: claims.paired_interval(out["m"][m]["quantile"]) for m in cell}
     # (b): classes and workers, vanilla against Rescaled, paired by seed
@@ -402,16 +408,13 @@ def _judged(d: dict) -> list:
     return [(k, c) for k, c in d["cells"].items() if k[1] != "iid"]
 
 
-def headline(d: dict, where: str = "avg") -> tuple[str, list]:
-    """The verdict on "vanilla ASGD settles toward the p-weighted objective on networks": every
-    comparison of every non-i.i.d. cell in one :func:`claims.conjunction` (it holds when each
-    holds; it does not hold when one fails at the Bonferroni level over all of them), inconclusive
-    when any tuned step sits at its grid's edge."""
-    parts = [(f"{k[0]} {k[1]} {k[2]}: {name}", kind, dd) for k, c in _judged(d)
-             for name, kind, dd in claim_parts(c, where)]
-    verdict, judged = claims.conjunction(parts)
-    verdict, why = claims.gated(verdict, [b for _, c in _judged(d) for b in _brackets(c)])
-    return verdict, judged
+def headline(d: dict, where: str = "avg"):
+    """The catalogue's verdict on "vanilla ASGD settles toward the p-weighted objective on networks":
+    every comparison of every non-i.i.d. cell in one conjunction (it holds when each holds; it does
+    not hold when one fails at the Bonferroni level over all of them), inconclusive when any tuned
+    step sits at its grid's edge."""
+    parts = [(f"{k[0]} {k[1]} {k[2]}: {name}", dd) for k, c in _judged(d) for name, dd in claim_parts(c, where)]
+    return catalogue.verdict(CLAIM_ID, parts, gate=[b for _, c in _judged(d) for b in _brackets(c)])
 
 
 def _scope(d: dict) -> str:
@@ -431,8 +434,7 @@ def findings(d: dict) -> str:
          "Geometric means over seeds with 95% intervals; verdicts on paired differences (delaylab.claims). "
          "'p-quantile': the share of the 2,520 reorderings of p whose weighted gradient is smaller than p's "
          "(½: the speeds do not matter; near 0: nearest to stationary for exactly the speed-given weights).", ""]
-    word, _ = headline(d)
-    last, _ = headline(d, "last")
+    word, last = headline(d).verdict, headline(d, "last").verdict
     L.append(f"VERDICT — at this horizon, vanilla ASGD's tail-averaged model is nearer a stationary point of the "
              f"p-weighted objective than of F, on networks ({_scope(d)}): {word}. At the final iterate "
              f"(minibatch noise not averaged out): {last}.")
@@ -498,17 +500,17 @@ def findings(d: dict) -> str:
 
 
 def verdicts(d: dict) -> list:
-    word, _ = headline(d)
+    v = headline(d)
     ev = []
     for (model, split, mode), cell in _judged(d):
         a = analyse(cell)
         ev.append(f"{model} {split} {mode}: vanilla {_geo(a['m']['vanilla ASGD']['ratio'])} (p-quantile "
                   f"{a['lean']['vanilla ASGD'].mean:.3f}), Rescaled {_geo(a['m']['Rescaled ASGD']['ratio'])}")
-    return [{"claim": "vanilla ASGD settles toward the frequency-weighted objective Σ p_i F_i on networks "
-                      "(its tail-averaged model nearer stationarity for F_p than for F)",
-             "verdict": word, "evidence": "; ".join(ev) + " (‖∇F_p‖/‖∇F‖ at the tail-averaged model)",
-             "conditions": f"{_scope(d)}; {d['dataset']}, n = 8, τ spread 8×, {d['preset']} preset; final iterate: "
-                           f"{headline(d, 'last')[0]}"}]
+    return [v.row("vanilla ASGD settles toward the frequency-weighted objective Σ p_i F_i on networks "
+                  "(its tail-averaged model nearer stationarity for F_p than for F)",
+                  "; ".join(ev) + " (‖∇F_p‖/‖∇F‖ at the tail-averaged model)",
+                  f"{_scope(d)}; {d['dataset']}, n = 8, τ spread 8×, {d['preset']} preset; final iterate: "
+                  f"{headline(d, 'last').verdict}")]
 
 
 def rows(d: dict) -> list:

@@ -105,7 +105,7 @@ CLAIMS: dict = {c.id: c for c in (
           "workers' representation divergence beyond what its smaller steps explain", C.SUPERIORITY,
           "matched progress", "layers"),
     Claim("fast-workers-specialise", f"delaylab, from {_SURVEY}", "fast workers become early-layer specialists when "
-          "workers keep models of their own", C.SUPERIORITY, "the second half of training", "methods and ratios"),
+          "workers keep models of their own", C.SUPERIORITY, "the second half of training", "methods, splits and ratios R > 1"),
     Claim("heterogeneity-costs-accuracy", f"delaylab, from {_SURVEY}", "heterogeneity costs accuracy: "
           "acc(h = 2) < acc(h = 0)", C.SUPERIORITY, "the time budget", "6 schemes", tuned=True, family_size=6),
     Claim("intermediate-heterogeneity-optimal", f"delaylab, from {_SURVEY}", "an intermediate heterogeneity level "

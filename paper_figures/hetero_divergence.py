@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from delaylab import algos, sim, claims
-from delaylab.paper_figures import _hetero as lab
+from delaylab.paper_figures import _hetero as lab, catalogue
 from delaylab.paper_figures._figure import Figure
 from delaylab.paper_figures._hetero import FAST, LAYERS, PRESETS, SLOW, Preset, log_every_for, mlp_module, progress, second_half
 from delaylab.paper_figures._output import pyplot, save_figure
@@ -150,14 +150,12 @@ def findings_divergence(d: dict) -> str:
                  "log ratio from its own s̄, and ask whether the weighting lowers the divergence below that "
                  "prediction (the residual, mean over seeds with its 95% interval, below 0).")
     r1, rmax = d["ratios"][0], d["ratios"][-1]
-    parts = []
     for layer in LAYERS:
         pred, obs, resid = beyond_step_size(d, layer)
-        parts.append((f"{layer}: below the step-size prediction", "below", resid))
         iv = claims.paired_interval(resid)
         lines.append(f"{WEIGHTED[0]}, {layer}, R = {rmax:g}: log ratio observed {np.mean(obs):+.3f}, predicted from "
                      f"the step shrink alone {np.mean(pred):+.3f}; residual {iv.mean:+.3f} [{iv.lo:+.3f}, {iv.hi:+.3f}]")
-    verdict, _ = claims.conjunction(parts)
+    verdict = headline(d).verdict
     for nm in WEIGHTED:
         for layer in LAYERS:
             v, _ = straggler_effect(d, nm, layer)
@@ -170,6 +168,17 @@ def findings_divergence(d: dict) -> str:
     lines.append(f"VERDICT — staleness weighting lowers the slow workers' representation divergence beyond what its "
                  f"smaller steps explain (R = {rmax:g}, matched progress, every layer): {verdict}.")
     return "\n".join(lines) + "\n"
+
+
+CLAIM_ID = "staleness-weighting-divergence"
+
+
+def headline(d: dict):
+    """The catalogue's verdict on "staleness weighting lowers the slow workers' divergence beyond
+    what its smaller steps explain": one superiority part per layer, d = the per-seed residual of
+    :func:`beyond_step_size` (below 0: lower than the step shrink predicts)."""
+    return catalogue.verdict(CLAIM_ID, [(f"{layer}: below the step-size prediction", beyond_step_size(d, layer)[2])
+                                        for layer in LAYERS])
 
 
 def beyond_step_size(d: dict, layer: str):
@@ -248,20 +257,19 @@ def compute(p: Preset, parts) -> dict:
 
 def verdicts(d: dict) -> list:
     rmax = d["ratios"][-1]
-    out = []
+    ev, seeds = [], set()
     for layer in LAYERS:
         pred, obs, resid = beyond_step_size(d, layer)
-        word, iv = claims.below(resid)
-        out.append({"claim": f"staleness weighting lowers the slow workers' representation divergence beyond what its "
-                             f"smaller steps explain ({layer})",
-                    "verdict": word,
-                    "evidence": f"R = {rmax:g}, matched progress: log ratio weighted/vanilla {np.mean(obs):+.3f}, "
-                                f"predicted from the step shrink {np.mean(pred):+.3f}, residual {iv.mean:+.3f} "
-                                f"[{iv.lo:+.3f}, {iv.hi:+.3f}]",
-                    "conditions": f"{d['dataset']} MLP, n = 8, i.i.d. shards, {len(resid)} seeds each resampling split, "
-                                  "init, job times and minibatches; γ = 0.05 untuned; the step-size effect fitted per "
-                                  "seed at R = 1"})
-    return out
+        iv = claims.paired_interval(resid)
+        seeds.add(len(resid))
+        ev.append(f"{layer}: log ratio weighted/vanilla {np.mean(obs):+.3f}, predicted from the step shrink "
+                  f"{np.mean(pred):+.3f}, residual {iv.mean:+.3f} [{iv.lo:+.3f}, {iv.hi:+.3f}]")
+    return [headline(d).row("staleness weighting lowers the slow workers' representation divergence beyond what its "
+                            f"smaller steps explain (every layer: {', '.join(LAYERS)})",
+                            f"R = {rmax:g}, matched progress: " + "; ".join(ev),
+                            f"{d['dataset']} MLP, n = 8, i.i.d. shards, {'/'.join(map(str, sorted(seeds)))} seeds each "
+                            "resampling split, init, job times and minibatches; γ = 0.05 untuned; the step-size effect "
+                            "fitted per seed at R = 1")]
 
 
 FIGURE = Figure("hetero-divergence", "stragglers' representation divergence, with and without staleness weighting", PRESETS, compute, plot_divergence, lab.with_footer(findings_divergence), rows,

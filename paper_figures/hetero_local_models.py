@@ -25,7 +25,7 @@ import numpy as np
 from delaylab import algos
 import delaylab.algos.elastic
 from delaylab import sim, claims
-from delaylab.paper_figures import _hetero as lab
+from delaylab.paper_figures import _hetero as lab, catalogue
 from delaylab.paper_figures._figure import Figure, Parts
 from delaylab.paper_figures._output import pyplot, save_figure
 from delaylab.sim import schedules
@@ -33,6 +33,7 @@ from delaylab.sim import telemetry as T
 
 SPLITS = ("iid", "dirichlet 1")
 H = 4  # local steps per job
+CLAIM_ID = "fast-workers-specialise"
 UNIFORM_MARGIN = float(np.log(1.5))  # "layer-uniform": the first layer's ratio within ×1.5 of the last's
 
 
@@ -114,7 +115,7 @@ def compute(p: Preset, parts: Parts) -> dict:
     s = log(div_fast/div_slow)|first − log(div_fast/div_slow)|last, and more so the larger the speed
     gap: the effect s(R) − s(1), paired by seed (R = 1 is the control, the groups differing by label
     only), judged over seeds (95% Student-t interval; holds if above 0, does not hold if below,
-    inconclusive otherwise); the headline is one :func:`claims.conjunction` over every cell. Seeds
+    inconclusive otherwise); the headline is one conjunction over every cell (:func:`paper_figures.catalogue.verdict`). Seeds
     resample the split, the initial model, the job times and the minibatches (:data:`paper_figures._hetero.SOURCES`), and
     the minibatches of the recomputed jobs that read the workers' models (a stream of their own)."""
     runs, seconds = {}, 0.0
@@ -172,7 +173,7 @@ def analyse(cell: list, control: list | None = None) -> dict:
         e = e[np.isfinite(e)]
         out["effect"] = e
         out["effect_interval"] = claims.paired_interval(e)
-        out["verdict"] = claims.below(-e)[0]
+        out["verdict"] = catalogue.verdict(CLAIM_ID, [("effect", -e)]).verdict  # the claim on this cell alone
         out["uniform"] = claims.equal(e, UNIFORM_MARGIN)[0]
     return out
 
@@ -187,10 +188,10 @@ def judged(d: dict) -> list:
     return [(m, sp, r, analyse(c, d["runs"][(m, sp, r1)])) for (m, sp, r), c in d["runs"].items() if r > r1]
 
 
-def headline(d: dict) -> tuple[str, list]:
-    """One :func:`claims.conjunction` over every judged cell's effect (holds when every cell holds;
-    does not hold when one fails at the Bonferroni level)."""
-    return claims.conjunction([(f"{m}, {sp}, R = {r:g}", "below", -a["effect"]) for m, sp, r, a in judged(d)])
+def headline(d: dict):
+    """The catalogue's verdict over every judged cell's effect, d = −(s(R) − s(1)) per seed (holds
+    when every cell holds; does not hold when one fails at the Bonferroni level)."""
+    return catalogue.verdict(CLAIM_ID, [(f"{m}, {sp}, R = {r:g}", -a["effect"]) for m, sp, r, a in judged(d)])
 
 
 def findings(d: dict) -> str:
@@ -218,8 +219,8 @@ def findings(d: dict) -> str:
         else:
             line += " (the control)"
         L.append(line)
-    verdict, parts = headline(d)
-    words = [p.verdict for p in parts]
+    v = headline(d)
+    verdict, words = v.verdict, [p.verdict for p in v.parts]
     uniform = [a["uniform"] for a in effects.values()]
     L.append("")
     L.append(f"VERDICT — fast workers become early-layer specialists (every method, both splits, R > 1, against R = 1): "
@@ -244,15 +245,13 @@ def findings(d: dict) -> str:
 
 
 def verdicts(d: dict) -> list:
-    verdict, parts = headline(d)
-    words = [p.verdict for p in parts]
-    return [{"claim": "fast workers become early-layer specialists (methods with models of the workers' own)",
-             "verdict": verdict,
-             "evidence": f"{words.count(claims.HOLDS)} of {len(words)} cells hold, {words.count(claims.FAILS)} do not "
-                         "(s(R) − s(1), s = first-layer − last-layer log divergence ratio, fast over slow)",
-             "conditions": f"EASGD, async local SGD (DN), FedAsync; i.i.d. and Dirichlet 1 shards; {d['dataset']} MLP, "
-                           f"n = 8, R ∈ {{{', '.join(f'{r:g}' for r in d['ratios'])}}}; steps untuned; "
-                           f"{d['preset']} preset"}]
+    v = headline(d)
+    words = [p.verdict for p in v.parts]
+    return [v.row("fast workers become early-layer specialists (methods with models of the workers' own)",
+                  f"{words.count(claims.HOLDS)} of {len(words)} cells hold, {words.count(claims.FAILS)} do not "
+                  "(s(R) − s(1), s = first-layer − last-layer log divergence ratio, fast over slow)",
+                  f"EASGD, async local SGD (DN), FedAsync; i.i.d. and Dirichlet 1 shards; {d['dataset']} MLP, "
+                  f"n = 8, R ∈ {{{', '.join(f'{r:g}' for r in d['ratios'])}}}; steps untuned; {d['preset']} preset")]
 
 
 def rows(d: dict) -> list:

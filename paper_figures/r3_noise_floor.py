@@ -17,6 +17,7 @@ import numpy as np
 
 from delaylab import theory, claims
 from delaylab.registry import ALGORITHMS
+from delaylab.paper_figures import catalogue
 from delaylab.paper_figures._figure import Figure, Parts
 from delaylab.paper_figures._output import save_figure
 from delaylab.sim import problems, schedules
@@ -92,32 +93,33 @@ def _claims(data: dict) -> list:
     """The two formula checks as equivalence claims over seeds (the seeds resample the gradient
     noise; the instance and the fixed computation times are the set-up): per (σ, γ ≤ SMALL), the
     measured/predicted ratio (per rule) and Rescaled's floor over vanilla's (paired: the two rules
-    run on the same noise keys) within ±MARGIN of the prediction, judged on log ratios."""
+    run on the same noise keys) within ±MARGIN of the prediction, judged on log ratios. Each
+    entry: (catalogue id, the instance's words, parts (name, per-seed log ratio))."""
     small = [r for r in data["rows"] if r["stepsize"] <= SMALL]
-    formula = [(f"{r['rule']} σ = {r['sigma']:g} γ = {r['stepsize']:g}", "equal",
-                np.log(np.asarray(r["measured_seeds"]) / r["predicted"]), np.log1p(MARGIN)) for r in small]
+    formula = [(f"{r['rule']} σ = {r['sigma']:g} γ = {r['stepsize']:g}",
+                np.log(np.asarray(r["measured_seeds"]) / r["predicted"])) for r in small]
     pred = theory.arithmetic_mean(TAUS) / theory.harmonic_mean(TAUS)
-    pairs = [(f"σ = {v['sigma']:g} γ = {v['stepsize']:g}", "equal",
-              np.log(np.asarray(r["measured_seeds"]) / np.asarray(v["measured_seeds"]) / pred), np.log1p(MARGIN))
+    pairs = [(f"σ = {v['sigma']:g} γ = {v['stepsize']:g}",
+              np.log(np.asarray(r["measured_seeds"]) / np.asarray(v["measured_seeds"]) / pred))
              for v in small if v["rule"] == "asgd" for r in small
              if r["rule"] == "rescaled_asgd" and r["sigma"] == v["sigma"] and r["stepsize"] == v["stepsize"]]
-    return [("The small-step noise floor V σ²/(4Γ), vanilla and Rescaled, γ ≤ %g" % SMALL, formula),
-            ("Rescaled's floor is τ_A/τ_H = %.3f times vanilla's at equal mean step, γ ≤ %g" % (pred, SMALL),
-             pairs)]
+    return [("noise-floor-formula", "The small-step noise floor V σ²/(4Γ), vanilla and Rescaled, γ ≤ %g" % SMALL, formula),
+            ("rescaled-floor-ratio",
+             "Rescaled's floor is τ_A/τ_H = %.3f times vanilla's at equal mean step, γ ≤ %g" % (pred, SMALL), pairs)]
 
 
 def verdicts(data: dict) -> list:
     out = []
-    for claim, parts in _claims(data):
-        verdict, got = claims.conjunction(parts)
+    for cid, claim, parts in _claims(data):
+        v = catalogue.verdict(cid, parts, margin=float(np.log1p(MARGIN)))
+        got = v.parts
         worst = max(got, key=lambda p: max(abs(p.interval.lo), abs(p.interval.hi)))
-        out.append({"claim": claim + f", within ±{MARGIN:.0%}",
-                    "verdict": verdict,
-                    "evidence": f"{sum(p.verdict == claims.HOLDS for p in got)} of {len(got)} comparisons hold; widest: "
-                                f"{worst.name}, ratio to predicted {np.exp(worst.interval.mean):.3f} "
-                                f"[{np.exp(worst.interval.lo):.3f}, {np.exp(worst.interval.hi):.3f}]",
-                    "conditions": f"{data['events']} events, {data['seeds']} seeds (gradient noise; instance and fixed "
-                                  "computation times τ = (1, 2, 3, 5) held)"})
+        out.append(v.row(claim + f", within ±{MARGIN:.0%}",
+                         f"{sum(p.verdict == claims.HOLDS for p in got)} of {len(got)} comparisons hold; widest: "
+                         f"{worst.name}, ratio to predicted {np.exp(worst.interval.mean):.3f} "
+                         f"[{np.exp(worst.interval.lo):.3f}, {np.exp(worst.interval.hi):.3f}]",
+                         f"{data['events']} events, {data['seeds']} seeds (gradient noise; instance and fixed "
+                         "computation times τ = (1, 2, 3, 5) held)"))
     return out
 
 

@@ -19,6 +19,7 @@ import jax
 import numpy as np
 
 from delaylab import algos, sim, claims
+from delaylab.paper_figures import catalogue
 from delaylab.paper_figures._figure import Figure, Parts
 from delaylab.paper_figures._output import save_figure
 from delaylab.sim import schedules
@@ -166,14 +167,17 @@ def compute(preset: Preset, parts: Parts, progress: bool = True) -> dict:
     - **Seeds** resample the gradient noise (the only random source of a run: timing is fixed
       computation and x0 = 0). The problem instance (A, b̄, δ_i) is drawn once per setting and held
       fixed: the claim concerns the time on a given problem, and every method and seed sees the same one.
-    - **Verdict, per setting**: over the three smallest ε that Rescaled and Malenia reach on every
-      reported seed (inconclusive when Malenia reaches a smaller ε on every seed and Rescaled does
-      not: dropping that level would hide the evidence against the claim), the slope of log(T_Rescaled/T_Malenia) against log(1/ε), per seed, and its 95%
-      Student-t interval over seeds. "Bounded as ε → 0" holds when the interval lies below
-      ``SLOPE_BOUND`` (the ratio grows slower than ε^-0.25: flattening), does not hold at the ε reached
-      when it lies above it, and is inconclusive otherwise. The ratio at the smallest ε is printed with
-      its interval (a t interval of the mean log ratio, exponentiated). The theory's own shape for the
-      ratio (the two upper bounds with constants 1) is printed beside it, as a shape only."""
+    - **Verdict, per regime** (catalogue ``rescaled-malenia-bounded``, a trend): per setting, over
+      the three smallest ε that Rescaled and Malenia reach on every reported seed, the slope of
+      log(T_Rescaled/T_Malenia) against log(1/ε), per seed; the setting's part is the slopes minus
+      ``SLOPE_BOUND`` (below 0: the ratio grows slower than ε^-0.25, flattening). A setting where
+      Malenia reaches a smaller ε on every seed and Rescaled does not has no slope (dropping that
+      level would hide the evidence against the claim): its part is inconclusive. The regime's
+      settings form one conjunction (:func:`paper_figures.catalogue.verdict`), inconclusive where a
+      step sits at its grid's edge, and, the claim being between tuned methods, inconclusive until
+      a common step and the tuned steps' neighbours are measured too. The ratio at the smallest ε
+      is printed with its interval (a t interval of the mean log ratio, exponentiated), and the
+      theory's own shape for the ratio (the two upper bounds with constants 1) beside it, as a shape."""
     out = {"preset": preset.name, "settings": {}, "config": dataclasses.asdict(preset)}
     todo = _settings(preset)
     for i, (k, n, r, s) in enumerate(todo):
@@ -194,34 +198,57 @@ def _bound_shape(method: str, taus: np.ndarray, sigma2: float, zeta2: float, eps
     return tmax / eps + tA * sigma2 / (n * eps ** 2)  # Malenia: the heterogeneous lower bound's shape
 
 
+CLAIM_ID = "rescaled-malenia-bounded"
+
+
 def ratio_claim(setting: dict) -> dict:
-    """The verdict on "T_Rescaled/T_Malenia bounded as ε → 0" for one setting (:func:`compute`)."""
+    """The measurements behind "T_Rescaled/T_Malenia bounded as ε → 0" in one setting (:func:`compute`):
+    ``d``, the per-seed slopes minus SLOPE_BOUND (the setting's trend part; empty, with the reason
+    in ``why``, where no slope is measured), the brackets of the steps it rests on, the slope's
+    interval, the ratio at the smallest ε and the theory's shape slope. ``why`` also names a step
+    at its grid's edge."""
     R, M = setting["methods"]["Rescaled"], setting["methods"]["Malenia"]
     eps = np.asarray(setting["eps"])
+    none = {"d": np.zeros(0), "brackets": [], "eps": [], "ratio": None, "slope": None}
     both = [j for j in range(len(eps)) if np.all(np.isfinite(R[j]["report"])) and np.all(np.isfinite(M[j]["report"]))]
     if len(both) < 3:
-        return {"verdict": claims.INCONCLUSIVE, "why": f"both reach only {len(both)} of the ε levels on every seed",
-                "eps": [], "ratio": None, "slope": None}
+        return {**none, "why": f"both reach only {len(both)} of the ε levels on every seed"}
     use = both[-3:]
     mal_only = [j for j in range(len(eps)) if j > use[-1] and np.all(np.isfinite(M[j]["report"]))]
     if mal_only:
         j = mal_only[0]
         k = int(np.sum(~np.isfinite(R[j]["report"])))
-        return {"verdict": claims.INCONCLUSIVE, "eps": [], "ratio": None, "slope": None,
-                "why": f"Malenia reaches ε = {eps[j]:.3g} on every seed, Rescaled not on {k} of {len(R[j]['report'])} "
-                       f"within the horizon ({R[j]['horizon']:.4g})"}
+        return {**none, "why": f"Malenia reaches ε = {eps[j]:.3g} on every seed, Rescaled not on {k} of "
+                               f"{len(R[j]['report'])} within the horizon ({R[j]['horizon']:.4g})"}
     logr = np.log(np.stack([np.asarray(R[j]["report"]) / np.asarray(M[j]["report"]) for j in use]))  # [3, seeds]
     x = np.log(1.0 / eps[use])
     xc = x - x.mean()
     slopes = (xc @ (logr - logr.mean(0))) / (xc @ xc)  # per seed
-    verdict, iv = claims.noninferior(slopes, SLOPE_BOUND)  # the slope's interval against the bound
-    verdict, why = claims.gated(verdict, [claims.Bracket.from_stored(e[j], best="step") for e in (R, M) for j in use])
+    brackets = [claims.Bracket.from_stored(e[j], best="step") for e in (R, M) for j in use]
+    why = claims.gated(claims.HOLDS, brackets)[1]  # the reason an edge step gives, if any
     last = claims.paired_interval(logr[-1])
     shape = _bound_shape("Rescaled", np.asarray(setting["taus"]), setting["sigma2"], setting["zeta2"], eps[use]) / \
         _bound_shape("Malenia", np.asarray(setting["taus"]), setting["sigma2"], setting["zeta2"], eps[use])
     shape_slope = float(np.polyfit(x, np.log(shape), 1)[0])
-    return {"verdict": verdict, "why": why, "eps": eps[use].tolist(), "slope": iv,
-            "ratio": (math.exp(last.mean), math.exp(last.lo), math.exp(last.hi)), "shape_slope": shape_slope}
+    return {"d": slopes - SLOPE_BOUND, "brackets": brackets, "why": why, "eps": eps[use].tolist(),
+            "slope": claims.paired_interval(slopes), "ratio": (math.exp(last.mean), math.exp(last.lo), math.exp(last.hi)),
+            "shape_slope": shape_slope}
+
+
+def _label(data: dict, key: tuple) -> str:
+    cfg = data["config"]
+    return f"τ_n/τ_1 = {key[3]}" + (f" (n = {key[1]}, {key[0]})" if len(cfg["workers"]) > 1 or len(cfg["problems"]) > 1 else "")
+
+
+def regime_verdict(data: dict, regime: str):
+    """(the catalogue's verdict on the regime, [(setting, :func:`ratio_claim`)]): one trend part per
+    setting, gated by every step the slopes rest on; None when the regime was not run."""
+    got = [(key, ratio_claim(st)) for key, st in data["settings"].items() if key[2] == regime]
+    if not got:
+        return None, []
+    v = catalogue.verdict(CLAIM_ID, [(_label(data, key), c["d"]) for key, c in got],
+                          gate=[b for _, c in got for b in c["brackets"]])
+    return v, got
 
 
 def findings(data: dict) -> str:
@@ -232,27 +259,31 @@ def findings(data: dict) -> str:
              f"tuning seeds, times on {cfg['report_seeds']} other seeds (gradient noise; instance fixed per setting); "
              f"horizon {cfg['events']}·(ε_0/ε)² events; ‖∇F‖² smoothed over {SMOOTH} of {LOG_POINTS} log points, "
              "crossing interpolated.",
-             f"Claim: T_Rescaled/T_Malenia bounded as ε → 0, judged by the slope of the log ratio against log(1/ε) over "
-             f"the three smallest ε both reach (95% t interval over seeds; holds below {SLOPE_BOUND}, does not hold at "
-             "the ε reached above it, else inconclusive). Theory's shape: the slope of the two bounds' ratio with "
-             "constants 1."]
-    verdicts = {}
-    for (k, n, r, s), st in data["settings"].items():
-        c = ratio_claim(st)
-        verdicts[(k, n, r, s)] = c["verdict"]
-        if c["ratio"] is None:
-            lines.append(f"  {k}, n = {n}, {r}, τ_n/τ_1 = {s}: {c['verdict']} ({c['why']})")
-            continue
-        ratio = c["ratio"]
-        lines.append(f"  {k}, n = {n}, {r} (σ² = {st['sigma2']:g}, ζ² = {st['zeta2']:g}), τ_n/τ_1 = {s}: {c['verdict']}; "
-                     f"slope {c['slope']} (theory's shape {c['shape_slope']:+.2f}) over ε = "
-                     f"{', '.join(f'{e:.3g}' for e in c['eps'])}; ratio at ε = {c['eps'][-1]:.3g}: {ratio[0]:.2f} "
-                     f"[{ratio[1]:.2f}, {ratio[2]:.2f}]" + (f"; {c['why']}" if c["why"] else ""))
+             f"Claim: T_Rescaled/T_Malenia bounded as ε → 0, judged per regime by the slope of the log ratio against "
+             f"log(1/ε) over the three smallest ε both reach, per seed, minus {SLOPE_BOUND} (a trend: each setting's 95% "
+             "t interval over seeds below 0 for the regime to hold, one above 0 at the Bonferroni level for it not to). "
+             "Between tuned methods, so inconclusive until a common step and the tuned steps' neighbours are measured. "
+             "Per setting: its part's reading at the tuned steps. Theory's shape: the slope of the two bounds' ratio "
+             "with constants 1."]
     for r in REGIMES:
-        got = [v for (k, n, rr, s), v in verdicts.items() if rr == r]
-        lines.append(f"Regime {r}: {claims.all_of(got)} over its {len(got)} settings "
-                     f"({sum(v == claims.HOLDS for v in got)} hold, {sum(v == claims.FAILS for v in got)} do not, "
-                     f"{sum(v == claims.INCONCLUSIVE for v in got)} inconclusive).")
+        v, got = regime_verdict(data, r)
+        if v is None:
+            continue
+        for ((k, n, rr, s), c), part in zip(got, v.parts):
+            st = data["settings"][(k, n, rr, s)]
+            if c["ratio"] is None:
+                lines.append(f"  {k}, n = {n}, {rr}, τ_n/τ_1 = {s}: {part.verdict} ({c['why']})")
+                continue
+            ratio = c["ratio"]
+            lines.append(f"  {k}, n = {n}, {rr} (σ² = {st['sigma2']:g}, ζ² = {st['zeta2']:g}), τ_n/τ_1 = {s}: "
+                         f"{part.verdict}; slope {c['slope']} (theory's shape {c['shape_slope']:+.2f}) over ε = "
+                         f"{', '.join(f'{e:.3g}' for e in c['eps'])}; ratio at ε = {c['eps'][-1]:.3g}: {ratio[0]:.2f} "
+                         f"[{ratio[1]:.2f}, {ratio[2]:.2f}]" + (f"; {c['why']}" if c["why"] else ""))
+        words = [p.verdict for p in v.parts]
+        lines.append(f"Regime {r}: {v.verdict} over its {len(words)} settings "
+                     f"({words.count(claims.HOLDS)} hold, {words.count(claims.FAILS)} do not, "
+                     f"{words.count(claims.INCONCLUSIVE)} inconclusive at the tuned steps)"
+                     + (f"; {v.reason}" if v.reason else "") + ".")
     spans = [np.median(e["report"]) / (e["horizon"] / LOG_POINTS) for st in data["settings"].values()
              for per in st["methods"].values() for e in per if np.isfinite(np.median(e["report"]))]
     if spans:
@@ -284,18 +315,16 @@ def verdicts(data: dict) -> list:
     """One row per regime: "T_Rescaled/T_Malenia bounded as ε → 0" over its settings."""
     cfg, out = data["config"], []
     for r in REGIMES:
-        got = [(key, ratio_claim(st)) for key, st in data["settings"].items() if key[2] == r]
-        if not got:
+        v, got = regime_verdict(data, r)
+        if v is None:
             continue
-        ev = "; ".join(f"τ_n/τ_1 = {key[3]}" + (f" (n = {key[1]}, {key[0]})" if len(cfg["workers"]) > 1 or len(cfg["problems"]) > 1 else "")
-                       + (f": slope {c['slope']}, ratio {c['ratio'][0]:.2f} at ε = {c['eps'][-1]:.3g}" if c["ratio"]
-                          else f": {c['why']}") for key, c in got)
-        out.append({"claim": f"T_Rescaled/T_Malenia stays bounded as ε → 0 ({r} regime: σ² = {REGIMES[r][0]:g}, "
-                             f"ζ² = {REGIMES[r][1]:g}); slope of the log ratio against log(1/ε) below {SLOPE_BOUND}",
-                    "verdict": claims.all_of([c["verdict"] for _, c in got]), "evidence": ev,
-                    "conditions": f"{data['preset']}: {', '.join(cfg['problems'])}, n ∈ {{{', '.join(map(str, cfg['workers']))}}}, "
-                                  f"steps bracketed per ε on {cfg['tune_seeds']} tuning seeds, {cfg['report_seeds']} "
-                                  "reported seeds (gradient noise)"})
+        ev = "; ".join(_label(data, key) + (f": slope {c['slope']}, ratio {c['ratio'][0]:.2f} at ε = {c['eps'][-1]:.3g}"
+                                            if c["ratio"] else f": {c['why']}") for key, c in got)
+        out.append(v.row(f"T_Rescaled/T_Malenia stays bounded as ε → 0 ({r} regime: σ² = {REGIMES[r][0]:g}, "
+                         f"ζ² = {REGIMES[r][1]:g}); slope of the log ratio against log(1/ε) below {SLOPE_BOUND}", ev,
+                         f"{data['preset']}: {', '.join(cfg['problems'])}, n ∈ {{{', '.join(map(str, cfg['workers']))}}}, "
+                         f"steps bracketed per ε on {cfg['tune_seeds']} tuning seeds (no runs at a common step or at "
+                         f"the tuned steps' neighbours), {cfg['report_seeds']} reported seeds (gradient noise)"))
     return out
 
 

@@ -102,6 +102,30 @@ def test_the_verdict_can_come_out_either_way():
     assert bn._gate(cell, claims.HOLDS)[0] == claims.INCONCLUSIVE
 
 
+def test_the_row_is_one_conjunction_over_the_non_iid_cells():
+    base = {"vanilla ASGD": ("p", 0.05), "Rescaled ASGD": ("F", 0.05), "IA²SGD": ("F", 0.05)}
+    worse = {**base, "vanilla ASGD": ("p", 0.5), "Rescaled ASGD": ("p", 0.01)}
+
+    def data(**cells):
+        return {"cells": {("MLP", split, "fixed"): _cell(spec) for split, spec in cells.items()}, "dataset": "made-up",
+                "preset": "test"}
+
+    row, = bn.verdicts(data(iid=worse, grouped=base))  # the i.i.d. cell is a reference, not judged
+    assert (row["id"], row["kind"], row["verdict"]) == ("frequency-bias-networks", "superiority", claims.HOLDS)
+    assert "MLP grouped fixed: vanilla" in row["evidence"] and "iid" not in row["evidence"]
+    assert len(bn.headline(data(grouped=base, other=base)).parts) == 2 * 3  # 3 comparisons per cell
+    row, = bn.verdicts(data(grouped=base, other=worse))
+    assert row["verdict"] == claims.FAILS
+    # a tuned step at its grid's edge makes the row inconclusive, with the reason
+    d = data(grouped=base)
+    for m in bn.METHODS:
+        d["cells"][("MLP", "grouped", "fixed")][m]["bracket"] = {"steps": [0.02, 0.05], "scores": [2.0, 1.0],
+                                                                 "best": 0.05, "interior": False, "edge": "upper",
+                                                                 "extended": 1}
+    row, = bn.verdicts(d)
+    assert row["verdict"] == claims.INCONCLUSIVE and "grid's edge" in row["evidence"]
+
+
 def test_figure_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
     tiny = dataclasses.replace(bn.PRESETS["test"], splits=("speed-grouped",), cnn_splits=(), seeds=2, events=300,
                                logs=4)
@@ -114,7 +138,10 @@ def test_figure_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
         rows = list(csv.DictReader(fh))
     # (fixed: 3 methods + the equal-job-times control; tuned: 3) × 2 reported seeds × (tail average, final iterate)
     assert len(rows) == (4 + 3) * 2 * 2 and {r["seed"] for r in rows} == {"0", "1"}
-    assert (tmp_path / "bias_networks.verdicts.json").exists()
+    import json
+
+    got = json.loads((tmp_path / "bias_networks.verdicts.json").read_text())
+    assert [(r["id"], r["kind"]) for r in got] == [("frequency-bias-networks", "superiority")]
     # a part is one run: the ratio in the CSV is what one_run gives for that seed directly
     run = bn.one_run(tiny, "MLP", "speed-grouped", "vanilla ASGD", tiny.step, 1, False)
     row = next(r for r in rows if r["mode"] == "fixed" and r["method"] == "vanilla ASGD" and r["seed"] == "1"

@@ -108,7 +108,9 @@ def test_r1_vanilla_and_rescaled_settle_where_theory_says(tmp_path):
     import json
 
     rows_v = json.loads((tmp_path / "fig_a.verdicts.json").read_text())
-    assert [r["verdict"] for r in rows_v] == ["holds", "does not hold"]  # the printed 1/τ rule is more biased
+    # the printed 1/τ rule ends further from x* than vanilla: its claim does not hold
+    assert [(r["id"], r["kind"], r["verdict"]) for r in rows_v] == [
+        ("fig-a-limits", "equivalence", "holds"), ("inverse-tau-removes-bias", "superiority", "does not hold")]
     rows = np.genfromtxt(tmp_path / "fig_a.csv", delimiter=",", names=True)
     assert rows.dtype.names == ("time", "x_vanilla", "x_rescaled", "x_inverse_tau")
     # the limits are closed forms (docs/theory.md §3): τ = (1, 5, 10), b = (1, −1, −2), unit curvature
@@ -141,6 +143,27 @@ def test_r2_weights_follow_step_mass(tmp_path, monkeypatch):
     resc = rows[rows["rule"] == "rescaled_asgd"]
     assert np.abs(resc["measured"] - 1 / 6).max() < 0.005  # Rescaled: uniform
     assert "within" in (tmp_path / "r2_implicit_weights.txt").read_text()
+
+
+def test_r2_verdicts_judge_each_profiles_worst_weight_error_within_the_tolerance():
+    """Exact parts, one per τ profile (its largest |measured − claimed| weight): every profile
+    within TOL holds; one profile past it does not hold, whatever the others say."""
+    from delaylab.paper_figures import r2_implicit_weights as r2
+
+    def data(off):  # measured = the claimed weights, worker 0 moved by off[profile]
+        rows = []
+        for profile, taus in r2._profiles().items():
+            for rule in ("asgd", "rescaled_asgd"):
+                w = r2.approximate_weights(rule, taus)
+                rows.append({"profile": profile, "rule": rule, "measured": w + np.eye(r2.N)[0] * off.get(profile, 0.0)})
+        return {"rows": rows, "events": 1, "stepsize": 0.004}
+
+    got = r2.verdicts(data({"τ=i": 0.8 * r2.TOL}))
+    assert [(v["id"], v["kind"], v["verdict"]) for v in got] == [
+        ("vanilla-frequency-weights", "equivalence", "holds"), ("rescaled-uniform-weights", "equivalence", "holds")]
+    assert f"weight {0.8 * r2.TOL:.4f} (tolerance {r2.TOL}) on τ=i" in got[0]["evidence"]
+    got = r2.verdicts(data({"τ=i²": 1.5 * r2.TOL}))
+    assert [v["verdict"] for v in got] == ["does not hold", "does not hold"] and "on τ=i²" in got[1]["evidence"]
 
 
 def test_r6_tuned_times_and_the_floor_ratio(tmp_path, monkeypatch):
@@ -193,7 +216,9 @@ def test_r3_floors_match_small_step_formula(tmp_path, monkeypatch):
     import json
 
     got = json.loads((tmp_path / "r3_noise_floor.verdicts.json").read_text())
-    assert len(got) == 2 and all(v["verdict"] in ("holds", "does not hold", "inconclusive") for v in got)
+    assert [(v["id"], v["kind"]) for v in got] == [("noise-floor-formula", "equivalence"),
+                                                    ("rescaled-floor-ratio", "equivalence")]
+    assert all(v["verdict"] in ("holds", "does not hold", "inconclusive") for v in got)
     assert "4 comparisons" in got[0]["evidence"] and "2 comparisons" in got[1]["evidence"]  # 2 rules × 2 γ; 2 γ
 
 
@@ -212,17 +237,32 @@ def _r4_setting(slope, seeds: int = 5, noise: float = 0.02) -> dict:
             "methods": {"Rescaled": res, "Malenia": mal}}
 
 
+def _r4_data(*settings) -> dict:
+    """R4 data of one regime ("noise") from settings made by :func:`_r4_setting`, spreads 2, 8, …"""
+    return {"preset": "test", "config": {"problems": ("nonconvex",), "workers": (8,), "tune_seeds": 2, "report_seeds": 5},
+            "settings": {("nonconvex", 8, "noise", 2 * 4 ** i): st for i, st in enumerate(settings)}}
+
+
 @pytest.mark.parametrize("slope,verdict", [(0.0, "holds"), (0.5, "does not hold")])
 def test_r4_ratio_verdict_reads_the_slope_of_the_log_ratio(slope, verdict):
     from delaylab.paper_figures import r4_time_to_eps as r4
 
     c = r4.ratio_claim(_r4_setting(slope))
-    assert c["verdict"] == verdict
     assert c["slope"].mean == pytest.approx(slope, abs=0.05)
+    assert c["d"].shape == (5,) and np.mean(c["d"]) == pytest.approx(slope - r4.SLOPE_BOUND, abs=0.05)  # per seed
     assert c["ratio"][0] == pytest.approx(2.0 * 8.0 ** slope, rel=0.05)  # at ε = 0.1/8
+    # the trend part reads the slope at the tuned steps; the claim is between tuned methods, so
+    # without a common step and the steps' neighbours the row is inconclusive, and says why
+    v, got = r4.regime_verdict(_r4_data(_r4_setting(slope)), "noise")
+    assert [p.verdict for p in v.parts] == [verdict] and got[0][1]["eps"] == c["eps"]
+    assert v.verdict == "inconclusive" and v.reason.startswith("robustness to the step not measured")
+    row, = r4.verdicts(_r4_data(_r4_setting(slope)))
+    assert (row["id"], row["kind"], row["verdict"]) == ("rescaled-malenia-bounded", "trend", "inconclusive")
+    assert "robustness to the step not measured" in row["evidence"] and "τ_n/τ_1 = 2: slope" in row["evidence"]
     # seeds whose slopes spread ±0.3 around the bound: the interval straddles it
     spread = r4.SLOPE_BOUND + np.array([-0.3, 0.3, -0.2, 0.2, 0.0])
-    assert r4.ratio_claim(_r4_setting(spread))["verdict"] == "inconclusive"
+    v, _ = r4.regime_verdict(_r4_data(_r4_setting(0.0), _r4_setting(spread)), "noise")
+    assert [p.verdict for p in v.parts] == ["holds", "inconclusive"] and v.verdict == "inconclusive"
 
 
 def test_r4_an_edge_step_or_a_level_only_malenia_reaches_makes_the_verdict_inconclusive():
@@ -231,13 +271,19 @@ def test_r4_an_edge_step_or_a_level_only_malenia_reaches_makes_the_verdict_incon
     st = _r4_setting(0.0)
     st["methods"]["Malenia"][-1].update(interior=False, edge="lower", step=0.003)
     c = r4.ratio_claim(st)
-    assert c["verdict"] == "inconclusive" and "grid's edge" in c["why"]
+    assert "grid's edge" in c["why"]
+    v, _ = r4.regime_verdict(_r4_data(_r4_setting(0.0), st), "noise")
+    assert v.verdict == "inconclusive" and "grid's edge" in v.reason
     # Rescaled misses the smallest ε on one seed where Malenia reaches it: not dropped silently
     st = _r4_setting(0.0)
     st["methods"]["Rescaled"][-1]["report"][2] = np.inf
     st["methods"]["Rescaled"][-1]["horizon"] = 1e4
     c = r4.ratio_claim(st)
-    assert c["verdict"] == "inconclusive" and "Rescaled not on 1 of 5" in c["why"]
+    assert c["d"].size == 0 and c["ratio"] is None and "Rescaled not on 1 of 5" in c["why"]
+    v, _ = r4.regime_verdict(_r4_data(_r4_setting(0.0), st), "noise")
+    assert [p.verdict for p in v.parts] == ["holds", "inconclusive"] and v.verdict == "inconclusive"
+    row, = r4.verdicts(_r4_data(_r4_setting(0.0), st))
+    assert "τ_n/τ_1 = 8: Malenia reaches ε = 0.0125 on every seed, Rescaled not on 1 of 5" in row["evidence"]
 
 
 def test_r4_runs_through_the_cli_with_steps_that_bracket(tmp_path, monkeypatch):

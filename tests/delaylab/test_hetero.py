@@ -151,3 +151,37 @@ def test_matched_progress_reads_each_run_where_its_loss_reaches_the_levels():
     # runs that share no loss range give NaN, not a number
     assert np.isnan(hd.at_matched_progress(np.array([[1.0, 0.9]]), np.ones((1, 2)), np.array([[0.5, 0.4]]),
                                            np.ones((1, 2))))[0]
+
+
+def test_divergence_row_judges_the_residual_beyond_the_step_shrink_in_every_layer():
+    """Made-up runs on one loss curve, so that matched progress reads each run's divergence ratio
+    exactly: at R = 1 the weighting's log ratio is k · log s̄ (the step-size effect, k per seed); at
+    R = 16 it is k · log s̄_16 plus ``extra``, the part the step shrink does not explain."""
+    from delaylab import claims
+    from delaylab.paper_figures import hetero_divergence as hd
+
+    rng = np.random.default_rng(0)
+    seeds, t = 6, np.linspace(0.0, 1.0, 40)
+    loss = np.tile(np.exp(-t), (seeds, 1))
+    k = 1.0 + 0.2 * rng.random(seeds)
+    s_mean = {1.0: 0.8 + 0.05 * rng.random(seeds), 16.0: 0.6 + 0.05 * rng.random(seeds)}
+
+    def data(extra: dict) -> dict:
+        progress = {}
+        for r, s in s_mean.items():
+            for layer in lab.LAYERS:
+                x = k * np.log(s) + (extra[layer] if r == 16.0 else 0.0)  # per seed
+                progress[(r, "ASGD", layer)] = (loss, np.ones_like(loss))
+                progress[(r, hd.WEIGHTED[0], layer)] = (loss, np.exp(x)[:, None] * np.ones_like(loss))
+        return {"ratios": np.array([1.0, 16.0]), "s_mean": s_mean, "progress": progress, "dataset": "made-up"}
+
+    lower = {layer: -0.3 + 0.01 * rng.normal(size=seeds) for layer in lab.LAYERS}
+    np.testing.assert_allclose(hd.beyond_step_size(data(lower), lab.LAYERS[0])[2], lower[lab.LAYERS[0]], atol=1e-9)
+    row, = hd.verdicts(data(lower))
+    assert (row["id"], row["kind"], row["verdict"]) == ("staleness-weighting-divergence", "superiority", claims.HOLDS)
+    assert all(f"{layer}: log ratio weighted/vanilla" in row["evidence"] for layer in lab.LAYERS)
+    # one layer as the step shrink predicts (residual about 0): no longer every layer
+    flat = dict(lower, **{lab.LAYERS[-1]: 0.05 * rng.normal(size=seeds)})
+    assert hd.verdicts(data(flat))[0]["verdict"] == claims.INCONCLUSIVE
+    higher = dict(lower, **{lab.LAYERS[-1]: 0.3 + 0.01 * rng.normal(size=seeds)})
+    assert hd.verdicts(data(higher))[0]["verdict"] == claims.FAILS

@@ -51,10 +51,11 @@ def test_power_by_fisher_z():
 
 
 def test_worker_verdict_reads_the_sign_of_rho():
-    def data(rho_v, rho_r):
+    def data(rho_v, rho_r, varying=None):  # vanilla's ρ per seed under 'costs' (and 'varying', default the same)
         run = lambda r: {"diverged": False, "rho_worker": r, "rho_job": 0.0, "rho_job_pooled": 0.0, "rho_ink": 0.2}
-        return {"runs": {(k, m): [run(x) for x in (rho_v if m == "vanilla ASGD" else rho_r)]
-                         for k in hd.TIMINGS for m in hd.METHODS}}
+        vanilla = {"costs": rho_v, "varying": rho_v if varying is None else varying}
+        return {"runs": {(k, m): [run(x) for x in (vanilla[k] if m == "vanilla ASGD" else rho_r)]
+                         for k in hd.TIMINGS for m in hd.METHODS}, "dataset": "made-up", "workers": 8, "preset": "test"}
 
     up, flat = np.array([0.5, 0.6, 0.55, 0.65]), np.array([0.05, -0.05, 0.0, 0.02])
     a = hd.analyse(data(up, flat))["costs"]
@@ -63,6 +64,13 @@ def test_worker_verdict_reads_the_sign_of_rho():
     a = hd.analyse(data(-up, flat))["costs"]  # slow workers fitted better: the prediction fails
     assert a["worker_vanilla"][0] == claims.FAILS and a["worker_vanilla"][1].mean == pytest.approx(-0.575)
     assert hd.analyse(data(flat, flat))["costs"]["worker_vanilla"][0] == claims.INCONCLUSIVE
+    # the row: one superiority part per timing (d = −ρ), holding only where both timings hold
+    row, = hd.verdicts(data(up, flat))
+    assert (row["id"], row["kind"], row["verdict"]) == ("slow-workers-harder-shards", "superiority", claims.HOLDS)
+    assert "timing 'costs': ρ(mean job time, shard loss) +0.575" in row["evidence"] and "timing 'varying'" in row["evidence"]
+    assert [p.name for p in hd.headline(data(up, flat)).parts] == ["timing 'costs'", "timing 'varying'"]
+    assert hd.verdicts(data(up, flat, varying=flat))[0]["verdict"] == claims.INCONCLUSIVE
+    assert hd.verdicts(data(up, flat, varying=-up))[0]["verdict"] == claims.FAILS
 
 
 def test_figure_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
@@ -74,6 +82,10 @@ def test_figure_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
     with open(tmp_path / "hetero_difficulty.csv") as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 2 * 2 * 2  # timings × methods × seeds
+    import json
+
+    got = json.loads((tmp_path / "hetero_difficulty.verdicts.json").read_text())
+    assert [(r["id"], r["kind"]) for r in got] == [("slow-workers-harder-shards", "superiority")]
     # the worker-level ρ in the CSV is Spearman's over the workers of that run, recomputed here
     run = hd.one_run(tiny, "costs", "vanilla ASGD", 1)
     assert run["rho_worker"] == pytest.approx(sps.spearmanr(run["mean_time"], run["shard_difficulty"])[0], abs=1e-12)

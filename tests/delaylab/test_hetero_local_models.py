@@ -35,6 +35,17 @@ def test_speed_effect_is_s_at_R_minus_s_at_R1_paired_by_seed():
     late = [_run((0.1 * e, 0.3), (0.1, 0.1)) for e in noise]
     assert hl.analyse(late, control)["verdict"] == claims.FAILS
 
+    # the row: one superiority part per (method, split, R > 1) cell against its R = 1 control
+    def data(**at_r4):
+        return {"runs": {**{(m, "iid", 1.0): control for m in at_r4}, **{(m, "iid", 4.0): c for m, c in at_r4.items()}},
+                "ratios": [1.0, 4.0], "dataset": "made-up", "preset": "test"}
+
+    row, = hl.verdicts(data(EASGD=early, FedAsync=early))
+    assert (row["id"], row["kind"], row["verdict"]) == ("fast-workers-specialise", "superiority", claims.HOLDS)
+    assert row["evidence"].startswith("2 of 2 cells hold, 0 do not")
+    assert hl.verdicts(data(EASGD=early, FedAsync=control))[0]["verdict"] == claims.INCONCLUSIVE
+    assert hl.verdicts(data(EASGD=early, FedAsync=late))[0]["verdict"] == claims.FAILS
+
 
 def test_figure_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
     tiny = hl.Preset("test", train=600, test=200, pool=1, hidden=8, batch=4, events=60, seeds=2, ratios=(1, 4),
@@ -45,6 +56,10 @@ def test_figure_end_to_end_on_a_tiny_preset(tmp_path, monkeypatch):
     assert cli.main(["figure", "hetero-local-models", "--preset", "test", "--out", str(tmp_path)]) == 0
     text = (tmp_path / "hetero_local_models.txt").read_text()
     assert "VERDICT — fast workers become early-layer specialists" in text
+    import json
+
+    got = json.loads((tmp_path / "hetero_local_models.verdicts.json").read_text())
+    assert [(r["id"], r["kind"]) for r in got] == [("fast-workers-specialise", "superiority")]
     with open(tmp_path / "hetero_local_models.csv") as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 2 * 2 * 2 * 2 * 2  # splits × ratios × seeds × layers × groups
