@@ -125,6 +125,8 @@ class Part(NamedTuple):
     verdict: str
     margin: float = 0.0  # the bound the comparison is judged against (0 for "below")
     kind: str = "below"  # "below", "noninferior" or "equal"
+    level: float = 0.95  # the confidence of ``interval`` (which decides "holds")
+    corrected_level: float = 0.95  # the confidence of ``corrected`` (which decides "does not hold")
 
 
 def conjunction(parts: Sequence[tuple], level: float = 0.95) -> tuple[str, list]:
@@ -144,7 +146,7 @@ def conjunction(parts: Sequence[tuple], level: float = 0.95) -> tuple[str, list]
         name, kind, d = part[:3]
         margin = float(part[3]) if len(part) > 3 else 0.0
         iv, wide = paired_interval(d, level), paired_interval(d, strict)
-        out.append(Part(name, iv, wide, _verdict(kind, iv, wide, margin), margin, kind))
+        out.append(Part(name, iv, wide, _verdict(kind, iv, wide, margin), margin, kind, level, strict))
     return all_of([p.verdict for p in out]), out
 
 
@@ -189,24 +191,32 @@ def judge(kind: str, parts: Sequence[tuple], margin: float = 0.0, *, level: floa
         out = []
         for name, d in parts:
             iv = Interval(float(d), 0.0, 1)
-            out.append(Part(name, iv, iv, _verdict(_PART_KIND[kind], iv, iv, margin), margin, _PART_KIND[kind]))
+            out.append(Part(name, iv, iv, _verdict(_PART_KIND[kind], iv, iv, margin), margin, _PART_KIND[kind], 1.0, 1.0))
         return all_of([p.verdict for p in out]), out
     return conjunction([(name, _PART_KIND[kind], d, margin) for name, d in parts], level=level)
 
 
 def marginal(parts: Sequence[Part], *, seeds: int = 10) -> list:
     """The comparisons that decide a verdict from fewer than ``seeds`` seeds while their mean lies
-    within two half-widths of the bound they are judged against (the interval's near end within
-    one half-width of it): a verdict resting on such a comparison is read as inconclusive until it
-    has ``seeds`` seeds."""
+    within two half-widths of the bound they are judged against (the deciding interval's near end
+    within one half-width of it; for a comparison that fails, the corrected interval that decided
+    it): a verdict resting on such a comparison is read as inconclusive until it has ``seeds``
+    seeds."""
     out = []
     for p in parts:
         if p.verdict == INCONCLUSIVE or p.interval.n >= seeds:
             continue
+        iv = p.corrected if p.verdict == FAILS else p.interval
         bounds = (-p.margin, p.margin) if p.kind == "equal" else (p.margin,)
-        if min(abs(p.interval.mean - b) for b in bounds) < 2 * p.interval.half:
+        if min(abs(iv.mean - b) for b in bounds) < 2 * iv.half:
             out.append(p)
     return out
+
+
+def deciding(p: Part) -> tuple:
+    """(the interval that decided ``p``'s word, its confidence level): the corrected interval for
+    a comparison that does not hold, else the interval "holds" is read from."""
+    return (p.corrected, p.corrected_level) if p.verdict == FAILS else (p.interval, p.level)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,42 +235,77 @@ class AtSteps:
                 **{f"neighbours {k}": v for k, v in self.neighbours.items()}}
 
 
-def step_robust(at: AtSteps, *, seeds: int = 10) -> tuple[str, str]:
+def step_robust(at: AtSteps, *, seeds: int = 10, common: bool = True) -> tuple[str, str]:
     """The verdict of a claim between tuned methods, with the reason when it is inconclusive:
-    "holds" or "does not hold" only where the tuned steps, every common step and every pair of
-    neighbours give that same word (else it depends on the step), where a common step and a
-    neighbour pair were measured at all, and where no deciding comparison is :func:`marginal`."""
-    verdict, parts = at.tuned
+    "holds" or "does not hold" only where the tuned steps, the common step (where the claim has
+    one: ``common``) and every pair of neighbours give that same word (else it depends on the
+    step), where those settings were measured at all, and where no deciding comparison at any
+    setting is :func:`marginal`."""
+    verdict, _ = at.tuned
     if verdict == INCONCLUSIVE:
         return INCONCLUSIVE, ""
-    if not at.common or not at.neighbours:
-        return INCONCLUSIVE, "robustness to the step not measured (no common step or no neighbours)"
+    if (common and not at.common) or not at.neighbours:
+        return INCONCLUSIVE, ("robustness to the step not measured ("
+                              + ("no step evaluated in every arm's bracket" if common and not at.common
+                                 else "no grid neighbours") + ")")
     words = {k: v for k, (v, _) in at.readings().items()}
     if len(set(words.values())) > 1:
         return INCONCLUSIVE, "depends on the step: " + "; ".join(f"{k}: {v}" for k, v in words.items())
-    thin = marginal(parts, seeds=seeds)
+    thin = [(k, p) for k, (_, parts) in at.readings().items() for p in marginal(parts, seeds=seeds)]
     if thin:
         return INCONCLUSIVE, (f"decided within two half-widths on fewer than {seeds} seeds: "
-                              + "; ".join(f"{p.name} {p.interval}" for p in thin))
+                              + "; ".join(f"{k}: {p.name} {p.corrected if p.verdict == FAILS else p.interval}"
+                                          for k, p in thin))
     return verdict, ""
 
 
-def step_settings(brackets: dict, *, along: bool = False) -> dict:
+def needs_seeds(readings: dict, *, seeds: int = 10) -> bool:
+    """Whether any setting's decided comparison is :func:`marginal` (``readings``: label ->
+    (verdict, parts)): then the claim is measured again on ``seeds`` seeds."""
+    return any(marginal(parts, seeds=seeds) for _, parts in readings.values())
+
+
+def step_settings(brackets: dict, *, common: bool = True, along: bool = False) -> dict:
     """The step settings a claim between tuned cells is judged at (:func:`step_robust`):
-    label -> {cell: step}. "tuned": each cell at its own best step; "common γ = g": every cell at
-    g, for each cell's best step g (and, with ``along``, each cell's grid neighbours too: the
-    comparison along the step range); "neighbours −" / "+": each cell one step of its refined
-    grid below / above its best (left out when a cell has none there: a step at an edge, which
-    :func:`gated` makes inconclusive anyway)."""
+    label -> {cell: step}. "tuned": each cell at its own best step. "common γ = g" (with
+    ``common``): every cell at one step g, the step every cell's bracket evaluated whose summed
+    relative excess over each cell's best tuning score is least (chosen on the tuning seeds, and
+    inside every cell's tried range; none when no step was evaluated by all). "neighbours −" /
+    "+": each cell one step of its refined grid below / above its best (left out when a cell has
+    none there: a step at an edge, which :func:`gated` makes inconclusive anyway). With ``along``,
+    also "along γ = g" for every step all brackets evaluated within the cells' neighbours' span
+    (descriptive readings along the step range, not part of the verdict)."""
     out = {"tuned": {k: b.best for k, b in brackets.items()}}
-    common = sorted({b.best for b in brackets.values()} | ({g for b in brackets.values() for g in b.neighbours()
-                                                             if g is not None} if along else set()))
-    for g in common:
-        out[f"common γ = {g:.3g}"] = {k: g for k in brackets}
+    scores = {k: dict(zip(b.steps, b.scores)) for k, b in brackets.items()}
+    shared = sorted(set.intersection(*(set(g for g, v in sc.items() if math.isfinite(v)) for sc in scores.values())))
+    if common and shared:
+        def excess(g):
+            return sum((scores[k][g] - scores[k][b.best]) / abs(scores[k][b.best] or 1.0) for k, b in brackets.items())
+
+        g = min(shared, key=lambda x: (excess(x), x))
+        out[f"common γ = {g:.4g}"] = {k: g for k in brackets}
     for side, i in (("−", 0), ("+", 1)):
         nb = {k: b.neighbours()[i] for k, b in brackets.items()}
         if all(g is not None for g in nb.values()):
             out[f"neighbours {side}"] = nb
+    if along:
+        span = [g for b in brackets.values() for g in (*b.neighbours(), b.best) if g is not None]
+        for g in shared:
+            if min(span) <= g <= max(span):
+                out[f"along γ = {g:.4g}"] = {k: g for k in brackets}
+    return out
+
+
+def same_as(settings: dict) -> dict:
+    """label -> the earlier label with the same steps for every cell (a setting that repeats
+    another is one measurement, not a second agreement)."""
+    out, seen = {}, {}
+    for label, at in settings.items():
+        key = tuple(sorted((str(k), float(g)) for k, g in at.items()))
+        if key in seen:
+            out[label] = seen[key]
+        else:
+            seen[key] = label
     return out
 
 

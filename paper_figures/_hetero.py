@@ -243,8 +243,8 @@ def seeded_problem(p: Preset, seed: int, *, validation: bool = False, split: str
 def one_run(scheme: Scheme, step: float, problem, schedule, key, p: Preset, *, telemetry=None,
             extract: Optional[Callable] = None) -> dict:
     """One run of ``scheme`` at ``step``: its log times, training loss and accuracy (NaN from a
-    divergence on), the event it diverged at (−1: none), its end time, the gradients delivered by
-    the budget, and ``extract(result)``."""
+    divergence on), the event it diverged at (−1: none), its end time, the gradients applied by
+    the budget (:func:`applied_by`), and ``extract(result)``."""
     res = sim.sweep(scheme.make(float(step)), problem, schedule, keys=key[None],
                     hparams={scheme.hparam: np.asarray([step], np.float32)}, telemetry=telemetry,
                     log_every=log_every_for(schedule.num_events, p.logs))
@@ -252,11 +252,23 @@ def one_run(scheme: Scheme, step: float, problem, schedule, key, p: Preset, *, t
     out = {"time": np.asarray(m["time"], np.float64), "loss": np.asarray(m["loss"], np.float64)[0, 0],
            "accuracy": np.asarray(m["test_accuracy"], np.float64)[0, 0],
            "diverged_at": int(np.asarray(res.diverged_at)[0, 0]), "end_time": float(schedule.end_time),
-           # gradients the server received by the budget (a round-based scheme waits for its rounds)
-           "applied": int(np.sum(schedule.delivered & (schedule.finish <= p.horizon)))}
+           "applied": int(np.sum(applied_by(schedule, p.horizon)))}
     if extract is not None:
         out.update(extract(res))
     return out
+
+
+def applied_by(schedule, horizon: float) -> np.ndarray:
+    """Per event: whether the server has applied its result by ``horizon``: delivered, and applied
+    by then (in rounds, when its round closed; where the schedule records it, ``applied_at``),
+    so a round still open at the budget counts for nothing."""
+    t = np.asarray(schedule.finish if schedule.applied_at is None else schedule.applied_at, np.float64)
+    r = np.asarray(schedule.round)
+    if np.any(r >= 0):
+        ends = schedule.round_end
+        close = dict(zip(r[ends].tolist(), np.asarray(schedule.finish)[ends].tolist()))
+        t = np.where(r >= 0, np.array([close.get(x, np.inf) for x in r.tolist()]), t)
+    return np.asarray(schedule.delivered) & (t <= float(horizon))
 
 
 def tail(run: dict, key: str, horizon: float) -> float:

@@ -167,7 +167,8 @@ def compute(p: Preset, parts) -> dict:
             settings = claims.step_settings(keyed)
             seeds = p.seeds
             values = lab.at_settings(cells, settings, value, seeds)
-            if claims.marginal(_verdict(claim_id, name, levels, values["tuned"]).parts) and p.more_seeds > seeds:
+            if p.more_seeds > seeds and claims.needs_seeds(_claim_verdict(claim_id, name, levels, values).readings,
+                                                           seeds=p.more_seeds):
                 seeds = p.more_seeds
                 values = lab.at_settings(cells, settings, value, seeds)
             out["claims"][(claim_id, name)] = {"levels": list(levels), "settings": settings, "values": values,
@@ -192,8 +193,12 @@ def _parts(claim_id: str, name: str, levels, at: dict) -> list:
     return [(f"acc(h = {e:g}) below acc(h = {k:g})", acc[e] - acc[k]) for e in (lo, hi)]
 
 
-def _verdict(claim_id: str, name: str, levels, at: dict, **kw):
-    return catalogue.verdict(claim_id, _parts(claim_id, name, levels, at), **kw)
+def _claim_verdict(claim_id: str, name: str, levels, values: dict, gate=()):
+    """The claim's verdict from its values at every step setting (label -> cell -> values)."""
+    tuned, steps = claims.split_settings(values)
+    as_parts = {kind: {label: _parts(claim_id, name, levels, at) for label, at in by.items()}
+                for kind, by in steps.items()}
+    return catalogue.verdict(claim_id, _parts(claim_id, name, levels, tuned), steps=as_parts, gate=gate)
 
 
 def _names(d: dict) -> list:
@@ -254,30 +259,31 @@ def _bracket(d: dict, h: float, name: str) -> claims.Bracket:
 
 def claims_of(d: dict) -> list:
     """Per scheme, its two claims (catalogue ``heterogeneity-costs-accuracy`` and
-    ``intermediate-heterogeneity-optimal``), each judged at the tuned steps, at each cell's tuned
-    step for all its cells, and at the tuned steps' grid neighbours:
-    [{scheme, claim, verdict, at_steps, seeds, why}]."""
+    ``intermediate-heterogeneity-optimal``), each judged at the tuned steps, at the common step
+    and at the tuned steps' grid neighbours: [{scheme, claim, verdict, seeds, settings, why}]."""
     out = []
     for (claim_id, nm), c in d["claims"].items():
         levels = [float(h) for h in c["levels"]]
-        tuned, steps = claims.split_settings(c["values"])
-        as_parts = {kind: {label: _parts(claim_id, nm, levels, at) for label, at in by.items()}
-                    for kind, by in steps.items()}
-        v = _verdict(claim_id, nm, levels, tuned, steps=as_parts, gate=[_bracket(d, h, nm) for h in levels])
+        v = _claim_verdict(claim_id, nm, levels, c["values"], gate=[_bracket(d, h, nm) for h in levels])
+        tuned = c["values"]["tuned"]
         why = ""
-        if claim_id == "heterogeneity-costs-accuracy" and nm in ROUND_BASED:  # could it have come out otherwise?
+        if claim_id == "heterogeneity-costs-accuracy":  # could it have come out otherwise? say what the set-up does
             lo, hi = levels
-            why = (f"predicted by the set-up: it waits for rounds, and the gradients it applies by the budget fall "
-                   f"from {np.median(tuned[(lo, nm)]['applied']):.0f} at h = {lo:g} to "
-                   f"{np.median(tuned[(hi, nm)]['applied']):.0f} at h = {hi:g}")
+            if nm in ROUND_BASED:
+                why = (f"set by the set-up: it waits for rounds, and the gradients it has applied by the budget "
+                       f"fall from {np.median(tuned[(lo, nm)]['applied']):.0f} at h = {lo:g} to "
+                       f"{np.median(tuned[(hi, nm)]['applied']):.0f} at h = {hi:g}")
+            elif nm == "Rescaled ASGD":
+                why = (f"shaped by the set-up: Rescaled scales the slow workers' steps up with τ_i, and its tuned γ "
+                       f"falls from {_bracket(d, lo, nm).best:.3g} at h = {lo:g} to {_bracket(d, hi, nm).best:.3g} "
+                       f"at h = {hi:g}")
         words = (f"heterogeneity costs accuracy: acc(h = {levels[-1]:g}) < acc(h = {levels[0]:g})"
                  if claim_id == "heterogeneity-costs-accuracy" else
                  f"an intermediate level is optimal: acc(h = {levels[1]:g}) above acc(h = {levels[0]:g}) and "
-                 f"acc(h = {levels[2]:g}) (h = {levels[1]:g} chosen on the tuning seeds)")
-        at_steps = {label: [(name, claims.paired_interval(x)) for name, x in _parts(claim_id, nm, levels, at)]
-                    for label, at in c["values"].items()}
-        out.append({"scheme": nm, "claim": words, "verdict": v, "at_steps": at_steps, "seeds": c["seeds"],
-                    "settings": c["settings"], "why": why, "levels": levels})
+                 f"acc(h = {levels[2]:g}) (h = {levels[1]:g}, the level the tuning seeds rank best, is the only "
+                 "one judged)")
+        out.append({"scheme": nm, "claim": words, "verdict": v, "seeds": c["seeds"], "settings": c["settings"],
+                    "why": why, "levels": levels})
     return out
 
 
@@ -315,23 +321,22 @@ def findings_frontier(d: dict) -> str:
                  "before the budget, after the scheme's last round that ended by then.)")
     same = identical(d)
     if same:
-        lines.append("Bit-identical accuracies on every seed (the same computation at that length, one measurement "
-                     "twice): " + "; ".join(f"{a} and {b} at h = {h:g}" for h, a, b in same) + ".")
+        lines.append("Bit-identical accuracies on every seed, read at the same time after the same rounds (the runs "
+                     "coincide up to the read point; one measurement counted twice in the family): "
+                     + "; ".join(f"{a} and {b} at h = {h:g}" for h, a, b in same) + ".")
     k = catalogue.claim("intermediate-heterogeneity-optimal").family_size
-    lines.append("Claims per scheme (paired differences of test accuracy over the reported seeds, mean and 95% "
-                 f"t interval; each scheme's verdict holds at level 1 − 0.05/{k}, the family of {k} schemes, and does "
-                 "not hold at the Bonferroni level of its comparisons; judged at the tuned steps, at each cell's "
-                 "tuned step for all its cells, and at the tuned steps' grid neighbours, and holds or does not "
-                 "hold only where all agree):")
+    lines.append("Claims per scheme (paired differences of test accuracy over the reported seeds, each comparison "
+                 f"with the interval that decides its word: holds at level 1 − 0.05/{k}, the family of {k} schemes, "
+                 "does not hold at that level's Bonferroni correction over its comparisons; judged at the tuned steps, "
+                 "at the common step (of the steps every cell's bracket evaluated, the one whose tuning scores are "
+                 "jointly nearest each cell's best) and at the tuned steps' grid neighbours; holds or does not hold "
+                 "only where all agree):")
     for c in claims_of(d):
         v = c["verdict"]
-        ev = "; ".join(f"{n}: {_iv(iv)}" for n, iv in c["at_steps"]["tuned"])
-        lines.append(f"  {c['scheme']}: {c['claim']}: {v.verdict} ({c['seeds']} seeds; {ev})"
+        lines.append(f"  {c['scheme']}: {c['claim']}: {v.verdict} ({c['seeds']} seeds)"
                      + (f"; {v.reason}" if v.reason else "") + (f"; {c['why']}" if c["why"] else ""))
-        for label, ivs in c["at_steps"].items():
-            if label != "tuned":
-                st = ", ".join(f"h = {h:g}: γ = {g:.3g}" for (h, _), g in c["settings"][label].items())
-                lines.append(f"    {label} ({st}): " + "; ".join(f"{n} {_iv(iv)}" for n, iv in ivs))
+        lines += v.setting_lines(c["settings"], lambda st: ", ".join(f"h = {h:g}: γ = {g:.3g}" for (h, _), g in st.items()),
+                                 fmt="+.3f")
     edge = [f"{nm} at h = {h:g} ({_bracket(d, h, nm).note()})" for (h, nm) in d["cells"] if not _bracket(d, h, nm).interior]
     lines.append(("Steps at a grid's edge after extension: " + "; ".join(edge) + ".") if edge else
                  "Every cell's step is interior to its bracket.")
@@ -349,14 +354,14 @@ def findings_frontier(d: dict) -> str:
         lv = [float(h) for h in d["levels"]]
         text += (" Rescaled ASGD gives the slow workers' stale gradients proportionally larger steps; its tuned γ "
                  "by h: " + ", ".join(f"{h:g}: {_bracket(d, h, 'Rescaled ASGD').best:.3g}" for h in lv) + ".")
-    lines.append(text + " With non-i.i.d. shards vanilla ASGD's bias is a cost (r5); these runs cannot show it.")
+    lines.append(text + " These runs are on i.i.d. shards only.")
     return "\n".join(lines) + "\n"
 
 
 def verdicts(d: dict) -> list:
     return [c["verdict"].row(
         f"{c['scheme']}: {c['claim']}",
-        "; ".join(f"{n} {_iv(iv)}" for n, iv in c["at_steps"]["tuned"]) + (f"; {c['why']}" if c["why"] else ""),
+        f"at the tuned steps {c['verdict'].evidence('+.3f')}" + (f"; {c['why']}" if c["why"] else ""),
         f"{d['preset']}: {d['dataset']}, n = {N}, i.i.d. shards, time budget {d['horizon']:g}, steps bracketed per "
         f"cell on {len(d['tune_seeds'])} tuning seeds (validation accuracy), {c['seeds']} reported seeds (each "
         f"resampling {', '.join(lab.SOURCES)})")
@@ -397,10 +402,21 @@ def plot_frontier(d: dict, path: str) -> None:
 
 
 def rows(d: dict) -> list[dict]:
+    """One row per (h, scheme, reported seed) at the cell's tuned step, then one per (claim,
+    step setting, cell, seed) behind the verdicts (their seeds may be more than the cells')."""
     acc, tt = final_accuracy(d), times_to_target(d)
-    return [{"h": float(h), "method": nm, "gamma": _bracket(d, h, nm).best, "interior": _bracket(d, h, nm).interior,
-             "seed": int(s), "final_accuracy": float(acc[(h, nm)][i]), "time_to_target": float(tt[(h, nm)][i])}
-            for (h, nm) in d["cells"] for i, s in enumerate(d["report_seeds"])]
+    out = [{"claim": "", "setting": "tuned", "h": float(h), "method": nm, "gamma": _bracket(d, h, nm).best,
+            "interior": _bracket(d, h, nm).interior, "seed": int(s), "final_accuracy": float(acc[(h, nm)][i]),
+            "time_to_target": float(tt[(h, nm)][i])}
+           for (h, nm) in d["cells"] for i, s in enumerate(d["report_seeds"])]
+    for (claim_id, nm), c in d.get("claims", {}).items():
+        for label, at in c["values"].items():
+            for (h, _), v in at.items():
+                out += [{"claim": claim_id, "setting": label, "h": float(h), "method": nm,
+                         "gamma": float(c["settings"][label][(h, nm)]), "interior": _bracket(d, h, nm).interior,
+                         "seed": i, "final_accuracy": float(x), "time_to_target": float("nan")}
+                        for i, x in enumerate(v["accuracy"])]
+    return out
 
 
 FIGURE = Figure("hetero-frontier", "accuracy and time to target against heterogeneity, six schemes at their bracketed steps",

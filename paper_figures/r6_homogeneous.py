@@ -116,7 +116,7 @@ def compute(preset: Preset, parts: Parts, progress: bool = True) -> dict:
       falls to ε, interpolated between log points (:func:`delaylab.claims.first_crossing`).
     - **Verdict**, per ε: the paired log ratio log(T_vanilla/T_Rescaled) over reported seeds
       (catalogue ``rescaled-slower-homogeneous``, :func:`claim`): at the tuned steps, at each
-      method's tuned step for both and at the grid neighbours, gated on interior steps, and
+      common step and at the grid neighbours, gated on interior steps, and
       inconclusive where the step grid's error (:func:`grid_error`) could move the interval to 0. The theory's prediction for the noise-dominated limit, a ratio
       T_Rescaled/T_vanilla → τ_A/τ_H, is printed beside it as the scale to expect, not as a test.
     - The small-step noise-floor formula (``theory.noise_floor``) is compared with the floors measured
@@ -230,7 +230,7 @@ def grid_error(b: claims.Bracket) -> float:
 
 def claim(data: dict, j: int):
     """"Rescaled slower than vanilla" at the j-th ε (catalogue ``rescaled-slower-homogeneous``):
-    the paired log(T_vanilla/T_Rescaled) at the tuned steps, at each method's tuned step for both
+    the paired log(T_vanilla/T_Rescaled) at the tuned steps, at the common step (:func:`delaylab.claims.step_settings`)
     and at the neighbours; with the step grid's error bound (:func:`grid_error`, both methods)."""
     c = data["claim"][j]
     tuned, steps = claims.split_settings(c["values"])
@@ -266,7 +266,8 @@ def findings(data: dict) -> str:
             for x in m["per_eps"]))
     lines.append(f"Claim: Rescaled ASGD is slower than vanilla on homogeneous data (T_Rescaled/T_vanilla, geometric mean over "
                  f"seeds, 95% t interval; the noise-dominated limit predicts τ_A/τ_H = {pred:.2f}); judged at the tuned "
-                 "steps, at each method's tuned step for both, and at the tuned steps' grid neighbours (a seed that "
+                 "steps, at the common step (of the steps both brackets evaluated, the one whose tuning scores are "
+                 "jointly nearest each method's best) and at the tuned steps' grid neighbours (a seed that "
                  "misses ε counts at its run's end); the step grid's error bound is the most the tuned times could "
                  "fall between their grid neighbours (log scale, both methods), the brackets refined until it is "
                  f"below the interval's half-width or {cfg['max_refine']} times:")

@@ -69,8 +69,9 @@ def table(rs: list) -> str:
                 f"Test: {c.kind}" + (f", margin {_cell(c.margin)}" if c.margin else "")
                 + f", over {_cell(c.family)}"
                 + (f" (family of {c.family_size}: each holds at level 1 − 0.05/{c.family_size})" if c.family_size > 1 else "")
-                + (". Between tuned methods: the verdict must agree at the tuned steps, a common step and the "
-                   "neighbours" if c.tuned else "") + ".")
+                + ((". Between tuned methods: the verdict must agree at the tuned steps, "
+                    + ("a common step " if c.common_step else "") + "and the tuned steps' grid neighbours")
+                   if c.tuned else "") + ".")
         if c.reconstructions:
             head += " Reconstructed: " + "; ".join(_cell(x) for x in c.reconstructions) + "."
         lines += ["", head, "", "| figure | as judged | verdict | evidence (95% intervals) | conditions |",

@@ -80,12 +80,32 @@ def test_step_settings_and_bracket_neighbours():
     assert a.neighbours() == (0.1, 0.4) and a.resolution() == (0.4, 1.0)
     s = C.step_settings({"A": a, "B": b})
     assert s["tuned"] == {"A": 0.2, "B": 0.1}
-    assert s["common γ = 0.1"] == {"A": 0.1, "B": 0.1} and s["common γ = 0.2"] == {"A": 0.2, "B": 0.2}
+    # both brackets evaluated 0.1 and 0.2; summed relative excess 2 + 0 at 0.1, 0 + 0.5 at 0.2
+    assert [k for k in s if k.startswith("common")] == ["common γ = 0.2"] and s["common γ = 0.2"] == {"A": 0.2, "B": 0.2}
     assert s["neighbours −"] == {"A": 0.1, "B": 0.05} and s["neighbours +"] == {"A": 0.4, "B": 0.2}
     along = C.step_settings({"A": a, "B": b}, along=True)
-    assert sorted(k for k in along if k.startswith("common")) == [f"common γ = {g:.3g}" for g in (0.05, 0.1, 0.2, 0.4)]
+    assert sorted(k for k in along if k.startswith("along")) == ["along γ = 0.1", "along γ = 0.2"]
+    assert not any(k.startswith("common") for k in C.step_settings({"A": a, "B": b}, common=False))
+    far = C.Bracket((1.0, 2.0, 4.0), (2.0, 1.0, 3.0), 2.0, True, "", 0)  # no step in common with a's bracket
+    assert not any(k.startswith("common") for k in C.step_settings({"A": a, "F": far}))
     edge = C.Bracket((0.1, 0.2), (1.0, 2.0), 0.1, False, "lower", 0)
     assert "neighbours −" not in C.step_settings({"A": a, "E": edge})
+    same = C.step_settings({"A": a, "A2": a})  # equal brackets: the common step is the tuned one
+    assert C.same_as(same) == {"common γ = 0.2": "tuned"}
+
+
+def test_the_ten_seed_rule_reads_every_setting_and_the_deciding_interval():
+    far = np.array([-1.0, -1.1, -0.9, -1.05, -0.95])  # decided far from 0 on 5 seeds
+    near = np.array([-0.1 + x for x in (-0.05, 0.05, -0.03, 0.03, 0.0)])  # decided, within two half-widths
+    at = C.AtSteps(C.judge(C.SUPERIORITY, [("a", far)]), {"g": C.judge(C.SUPERIORITY, [("a", near)])},
+                   {"−": C.judge(C.SUPERIORITY, [("a", far)])})
+    word, why = C.step_robust(at)
+    assert word == C.INCONCLUSIVE and "common step g: a" in why and C.needs_seeds(at.readings())
+    # a failing part is read on its corrected interval: two parts, Bonferroni level 97.5%
+    v, parts = C.judge(C.ORDERING, [("x", -far), ("y", -far)])
+    assert v == C.FAILS and parts[0].corrected_level == pytest.approx(0.975)
+    iv, level = C.deciding(parts[0])
+    assert iv == parts[0].corrected and level == pytest.approx(0.975) and iv.half > parts[0].interval.half
 
 
 def test_catalogue_verdict_applies_the_claims_kind_and_rules():
@@ -96,6 +116,8 @@ def test_catalogue_verdict_applies_the_claims_kind_and_rules():
                           steps={"common": {"γ = 1": [("x", d)]}, "neighbours": {"−": [("x", d)], "+": [("x", -d)]}})
     assert v.verdict == C.INCONCLUSIVE and v.steps == {"common step γ = 1": C.HOLDS, "neighbours −": C.HOLDS,
                                                        "neighbours +": C.FAILS}
+    assert set(v.readings) == {"tuned steps", "common step γ = 1", "neighbours −", "neighbours +"}
+    assert v.evidence().startswith("x: -0.9550 [") and "(95.0%)" in v.evidence()
     row = v.row("words", "evidence", "conditions")
     assert (row["id"], row["kind"], row["claim"]) == ("rescaled-slower-homogeneous", C.SUPERIORITY, "words")
     assert row["evidence"].startswith("evidence; depends on the step")
@@ -103,6 +125,11 @@ def test_catalogue_verdict_applies_the_claims_kind_and_rules():
     assert v.verdict == C.HOLDS and v.steps is None
     edge = C.Bracket((0.1, 0.2), (1.0, 2.0), 0.1, False, "lower", 0)
     assert catalogue.verdict("overlap-helps", [("x", d)], gate=[edge]).verdict == C.INCONCLUSIVE
+    # a claim whose arms' steps share no scale needs no common step
+    nb = {"neighbours": {"−": [("x", d)], "+": [("x", d)]}}
+    assert catalogue.verdict("fig-b-ranking", [("x", d), ("y", d)],
+                             steps={"neighbours": {k: [("x", d), ("y", d)] for k in ("−", "+")}}).verdict == C.HOLDS
+    assert catalogue.verdict("rescaled-slower-homogeneous", [("x", d)], steps=nb).verdict == C.INCONCLUSIVE
     with pytest.raises(KeyError, match="no claim"):
         catalogue.verdict("no-such-claim", [("x", d)])
 
