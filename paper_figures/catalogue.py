@@ -196,7 +196,8 @@ def verdict(claim_id: str, parts: Sequence[tuple], *, margin: float = 0.0,
     word, reason, words, readings = tuned[0], "", None, {"tuned steps": tuned}
     if c.tuned:
         steps = steps or {}
-        at = C.AtSteps(tuned, {k: _judge(c, p, margin, level, exact) for k, p in steps.get("common", {}).items()},
+        common = steps.get("common", {}) if c.common_step else {}  # steps of no shared scale: no common reading
+        at = C.AtSteps(tuned, {k: _judge(c, p, margin, level, exact) for k, p in common.items()},
                        {k: _judge(c, p, margin, level, exact) for k, p in steps.get("neighbours", {}).items()})
         word, reason = C.step_robust(at, seeds=seeds, common=c.common_step)
         words = {k: v for k, (v, _) in at.readings().items() if k != "tuned steps"}
