@@ -6,11 +6,12 @@ do not import each other)."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+import math
+from typing import Callable, Optional
 
 import numpy as np
 
-from delaylab import sim
+from delaylab import claims, sim
 from delaylab.algos import elastic as ea
 from delaylab.sim import schedules
 from delaylab.sim.data import digits, load_mnist_format
@@ -32,27 +33,37 @@ class Preset:
     semantics: str = "suppressed"  # how a lost exchange is read (algos.elastic: "suppressed" or "stale")
     periods: tuple = (1, 2, 4)  # communication periods τ (local steps per exchange)
     failures: str = "iid"  # "iid": each exchange lost with probability FAILURE_P; "outages": long outages
-    # True: every seed draws its own split, initial model, evaluation subset, minibatches, probes and
-    # failures (one sweep per seed); False: one sweep over the seeds, which then vary minibatches and
-    # probes only (the split, the initial model and the failure draws are shared)
-    resample: bool = False
     outage_lengths: tuple = (5, 20)  # rounds, for failures = "outages" (sim.schedules.outage_blocks)
     outage_fraction: float = 1.0 / 3.0
     pool: int = 1  # images averaged over pool × pool pixel blocks (2: Fashion-MNIST's 28×28 as 14×14)
+    # η bracketed per optimiser family (FAMILIES) on this many tuning seeds, disjoint from the reported
+    # ones (claims.disjoint_seeds); 0: the paper's η = LR alone
+    tune_seeds: int = 0
+    tune_workers: tuple = ()  # the numbers of workers P the tuning runs at (empty: every P of WORKERS)
+    refine: int = 1  # claims.bracket's refinement rounds once the best η is interior
+    max_extend: int = 3  # η added past a grid's edge at most, on each side
+    oracles: tuple = ("full reset", "master side", "reset where stale")  # the oracle readings run (ORACLES)
 
 
+# Every seed draws its own split, initial model, evaluation subset, minibatches, probes and failures
+# (one sweep per seed and method); a0 and η are fitted on tuning seeds, disjoint from the reported ones.
 _QUICK = Preset("quick", data="digits", rounds=20, seeds=3, train_size=None, eval_size=720, test_size=None,
-                log_rounds=1, batching="vmap")
+                log_rounds=1, batching="vmap", tune_seeds=3, tune_workers=(4,))
 _FULL = Preset("full", data="mnist-format", rounds=150, seeds=3, train_size=None, eval_size=10000, test_size=None,
-               log_rounds=5, batching="map")
-# medium: the deciding preset of Figures 4-5 on this CPU (see the figure's docstring for its sizing)
+               log_rounds=5, batching="map", tune_seeds=3)
+# medium: the deciding preset of Figures 4-5 on a 2-core CPU. Fashion-MNIST (or MNIST) averaged to
+# 14×14 (the CNN unchanged: at 28×28 the worker steps dominate the cost, benchmarks/RESULTS.md), F on
+# 1,000 class-stratified training images and accuracy on the first 1,000 test images (the same for
+# every seed) every 10 rounds, 100 rounds, τ ∈ {1, 4}; long outages with stale semantics, a failure
+# model chosen after deahes-readings (i.i.d. losses of a third of the exchanges cost EAHES-O little
+# there, and stale outages were the one setting where the oracle's mean led), while the paper reads
+# failures as suppressed exchanges (docs/theory.md §9.6)
 _MEDIUM = Preset("medium", data="mnist-format", rounds=100, seeds=3, train_size=None, eval_size=1000, test_size=1000,
-                 log_rounds=10, batching="vmap", semantics="stale", periods=(1, 4), failures="outages", resample=True,
-                 pool=2)
+                 log_rounds=10, batching="vmap", semantics="stale", periods=(1, 4), failures="outages", pool=2,
+                 tune_seeds=3, tune_workers=(4,))
 PRESETS = {p.name: p for p in (
-    # quick: 20 rounds and F on 720 of the 1,437 training images keep it under 15 minutes on 2 cores
-    # (25 rounds and all 1,437: 16.7 min alone on the machine with the evaluation in chunks of 128,
-    # and on course for about 15.5 min with today's one pass)
+    # quick: 20 rounds and F on 720 of the 1,437 training images; η is tuned at P = 4 alone, whose
+    # runs cost about half of P = 8's (benchmarks/RESULTS.md has the preset's timings)
     _QUICK,
     # full: the master is evaluated (10,000 training and 10,000 test images) every 5 rounds (every
     # round, that evaluation took over half of a round's time on the 2-core CPU); the workers' jobs
@@ -67,24 +78,71 @@ PRESETS = {p.name: p for p in (
 )}
 WORKERS = (4, 8)
 LR, MOMENTUM, ALPHA, FAILURE_P, BATCH, KAPPA = 0.01, 0.5, 0.1, 1.0 / 3.0, 64, 2.0
-CALIBRATION_SEED = 10_000  # where seeds resample: a0's failure-free run, disjoint from the reported seeds 0, 1, …
+CALIBRATION_SEED = 10_000  # a0's failure-free run: the first tuning seed, disjoint from the reported seeds 0, 1, …
 DEAD_ZONE = 1.0  # DEAHES-O's ramp starts at a = −DEAD_ZONE·a0 [CHOICE] (algos.elastic.deahes_o)
 METHODS = ("EASGD", "EAMSGD", "EAHES", "EAHES-O", "EAHES-OM", "DEAHES-O")
 HESSIAN = ("EAHES", "EAHES-O", "EAHES-OM", "DEAHES-O")
+# the optimiser families that share one η (the local optimiser's), and the grids their brackets start from
+FAMILIES = {"SGD": ("EASGD", "EAMSGD"), "AdaHessian": HESSIAN}
+GRIDS = {"SGD": (0.03, 0.1, 0.3), "AdaHessian": (0.03, 0.1, 0.3)}
+# the oracle's readings (docs/theory.md §9.6): the rule on an exchange that follows a failure
+ORACLES = ("full reset", "master side", "reset where stale")
 
 
-def algorithms(trace: int, failure: str = "suppressed", oracles: Optional[dict] = None) -> dict:
-    """name -> (algorithm, split); each a composition of local optimiser × split × exchange rule.
+def family(method: str) -> str:
+    """The optimiser family of a method (an oracle reading, "EAHES-OM (…)", is AdaHessian's)."""
+    return "SGD" if method in FAMILIES["SGD"] else "AdaHessian"
+
+
+def oracle_name(reading: str) -> str:
+    """The method's name for an oracle reading: "EAHES-OM" for the full reset, else "EAHES-OM (reading)"."""
+    return "EAHES-OM" if reading == "full reset" else f"EAHES-OM ({reading})"
+
+
+@dataclasses.dataclass(frozen=True)
+class StaleReset:
+    """The oracle reading "reset where stale": (h1, h2) = (1, 0) on an exchange that follows a
+    failure only where the returning worker's parameters are stale, else (α, α). Under "stale"
+    failures the worker made no progress and carries its parameters from before the failure, so
+    every such exchange resets (the full reset); under "suppressed" failures the worker trained on
+    and its parameters are current, so none does and the worker keeps its progress (EASGD's rule).
+    Either way its runs are another method's (:func:`same_runs`)."""
+
+    stale: bool
+
+    def __call__(self, hparams, ctx) -> tuple:
+        return ea.oracle_weights(hparams, ctx) if self.stale else ea.fixed_weights(hparams, ctx)
+
+
+def oracle_exchange(reading: str, failure: str) -> ea.Exchange:
+    """The exchange rule of an oracle reading under failure semantics ``failure``."""
+    if reading not in ORACLES:
+        raise ValueError(f"oracle reading must be one of {ORACLES}; got {reading!r}")
+    if reading == "reset where stale":
+        return ea.Exchange(StaleReset(failure == "stale"))
+    return ea.oracle(master_side_only=reading == "master side")
+
+
+def same_runs(method: str, failure: str) -> Optional[str]:
+    """The method whose runs ``method``'s are, where its algorithm is that method's on the same
+    split and draws, else None: "reset where stale" is EAHES-O under suppressed failures (it never
+    resets) and the full-reset oracle, EAHES-OM, under stale failures (it resets every returning worker)."""
+    if method != oracle_name("reset where stale"):
+        return None
+    return "EAHES-O" if failure == "suppressed" else "EAHES-OM"
+
+
+def algorithms(trace: int, failure: str = "suppressed", oracles: Optional[tuple] = None) -> dict:
+    """name -> (algorithm, split); each a composition of local optimiser × split × exchange rule, at
+    the default η = ``LR`` (a sweep's ``learning_rate`` overrides it).
 
     ``trace``: exchanges recorded by EAHES-O and DEAHES-O (for the detector's score; recording
-    changes no number). ``oracles``: {label: master_side_only} gives one oracle per reading, named
-    "EAHES-OM (label)" (:func:`algos.elastic.oracle`); default: the full reset alone, "EAHES-OM"."""
+    changes no number). ``oracles``: the oracle readings (:data:`ORACLES`) run, each named by
+    :func:`oracle_name`; default: the full reset alone, "EAHES-OM"."""
     f = dict(alpha=ALPHA, failure=failure)
-    if oracles is None:
-        om = {"EAHES-OM": (ea.eahes_om(learning_rate=LR, **f), "overlap")}
-    else:
-        om = {f"EAHES-OM ({label})": (ea.elastic_averaging(ea.adahessian(LR), exchange=ea.oracle(side), name="EAHES-OM",
-                                                            **f), "overlap") for label, side in oracles.items()}
+    om = {oracle_name(r): (ea.elastic_averaging(ea.adahessian(LR), exchange=oracle_exchange(r, failure),
+                                                name="EAHES-OM", **f), "overlap")
+          for r in (oracles if oracles is not None else ("full reset",))}
     return {
         "EASGD": (ea.easgd(learning_rate=LR, **f), "iid"),
         "EAMSGD": (ea.eamsgd(learning_rate=LR, momentum=MOMENTUM, **f), "iid"),
@@ -93,6 +151,17 @@ def algorithms(trace: int, failure: str = "suppressed", oracles: Optional[dict] 
         **om,
         "DEAHES-O": (ea.deahes_o(learning_rate=LR, trace=trace, **f), "overlap"),
     }
+
+
+def sweep_hparams(periods, learning_rate: float, a0=None) -> dict:
+    """A sweep's hyperparameters: one run per period τ at step ``learning_rate`` (traced, so every
+    step shares one compiled program); with ``a0`` (one per τ), DEAHES-O's default reading."""
+    periods = np.asarray(periods, np.int32)
+    hp = {"period": periods, "learning_rate": np.full(periods.shape, learning_rate, np.float32)}
+    if a0 is not None:
+        a0 = np.asarray(a0, np.float64)
+        hp.update(a0=a0.astype(np.float32), a_start=(-DEAD_ZONE * a0).astype(np.float32))
+    return hp
 
 
 def dataset(cfg: Preset, data_path: Optional[str]):
@@ -134,14 +203,12 @@ def problems(P: int, cfg: Preset, Xtr, ytr, Xte, yte, seed: int = 0) -> dict:
 
 def schedules_for(P: int, cfg: Preset, rounds: Optional[int] = None, seed: int = 0):
     """(failure-free, failing) schedules of ``rounds`` (default: the preset's) communication rounds:
-    equal job durations, and the preset's failures: "iid" loses each exchange with probability
-    ``FAILURE_P``, drawn from P alone when the preset does not resample (shared by all seeds), else
-    from (P, seed); "outages" loses blocks of ``outage_lengths`` rounds covering ``outage_fraction``
-    of each worker's exchanges (:func:`sim.schedules.with_outages`), drawn from (P, seed)."""
+    equal job durations, and the preset's failures, drawn from (P, seed): "iid" loses each exchange
+    with probability ``FAILURE_P``; "outages" loses blocks of ``outage_lengths`` rounds covering
+    ``outage_fraction`` of each worker's exchanges (:func:`sim.schedules.with_outages`)."""
     clean = schedules.fixed_computation(np.ones(P), num_events=P * (rounds or cfg.rounds))
     if cfg.failures == "iid":
-        return clean, schedules.with_failures(clean, probability=FAILURE_P,
-                                              seed=1000 * P + seed if cfg.resample else P)
+        return clean, schedules.with_failures(clean, probability=FAILURE_P, seed=1000 * P + seed)
     if cfg.failures == "outages":
         return clean, schedules.with_outages(clean, fraction=cfg.outage_fraction, lengths=cfg.outage_lengths,
                                              seed=2000 * P + seed)
@@ -153,3 +220,28 @@ def sweep(alg, problem, schedule, keys, hparams: dict, P: int, cfg: Preset):
     and ``benchmarks/deahes_full`` both run their parts through this)."""
     return sim.sweep(alg, problem, schedule, keys=keys, hparams=hparams, log_every=P * cfg.log_rounds, runs="map",
                      batching=cfg.batching)
+
+
+def tune(fam: str, score: Callable[[float], float], cfg) -> claims.Bracket:
+    """Family ``fam``'s η, bracketed by ``score(η)`` (lower is better; NaN, a divergence, counts as
+    inf) from ``GRIDS[fam]``: :func:`claims.bracket` with the preset's ``refine`` and ``max_extend``."""
+    def finite(eta: float) -> float:
+        v = float(score(eta))
+        return v if math.isfinite(v) else math.inf
+
+    return claims.bracket(finite, GRIDS[fam], max_extend=cfg.max_extend, refine=cfg.refine)
+
+
+def stored_bracket(b: claims.Bracket) -> dict:
+    """A bracket as plain data (:meth:`claims.Bracket.from_stored` reads it back)."""
+    return {"steps": list(b.steps), "scores": list(b.scores), "best": b.best, "interior": b.interior, "edge": b.edge,
+            "extended": b.extended}
+
+
+def resolution(b: dict) -> str:
+    """How well the tuning told the steps apart: the best step's score against the second best's."""
+    (i, j) = sorted(range(len(b["steps"])), key=lambda k: (b["scores"][k], b["steps"][k]))[:2]
+    s1, s2 = b["scores"][i], b["scores"][j]
+    return (f"best η {b['steps'][i]:.4g} scores {s1:.4f}, the second best, η {b['steps'][j]:.4g}, {s2:.4f} "
+            f"({(s2 - s1) / abs(s1):.2%} apart)")
+

@@ -81,14 +81,13 @@ def test_readings_verdicts_follow_the_paired_differences():
     assert "Readings that reproduce every claim and pass the sanity check: dead zone a0" in R.findings(good)
     rows = R.verdicts(good)
     assert [(r["id"], r["kind"], r["verdict"]) for r in rows] == [
-        ("deahes-equals-eahes-o-clean", "equivalence", V.HOLDS), ("deahes-beats-baselines", "superiority", V.HOLDS),
-        ("oracle-best", "superiority", V.HOLDS), ("deahes-close-to-oracle", "non-inferiority", V.HOLDS),
-        ("oracle-best", "superiority", V.HOLDS), ("deahes-close-to-oracle", "non-inferiority", V.HOLDS)]
+        ("deahes-equals-eahes-o-clean", "equivalence", V.HOLDS), ("deahes-beats-baselines", "superiority", V.HOLDS)] + [
+        ("oracle-best", "superiority", V.HOLDS), ("deahes-close-to-oracle", "non-inferiority", V.HOLDS)] * 3
     # every oracle row says which oracle reading it judged, and that the oracle is a reconstruction
-    for r, oracle in zip(rows[2:], ("full reset", "full reset", "master side", "master side")):
+    for r, oracle in zip(rows[2:], [o for o in R.ORACLES for _ in range(2)]):
         assert f"oracle {oracle};" in r["claim"] and f"read as {oracle}" in r["conditions"]
         assert "our reconstruction" in r["conditions"]
-    assert "discards the progress" in rows[2]["conditions"]
+    assert "discards the progress" in rows[2]["conditions"] and "never stale" in rows[6]["conditions"]
     bad = _synthetic_readings_data(oracle_loss=1.5)  # the oracle behind EAHES and EAHES-O
     got = R.claims(bad, R.DEFAULT_READING, "master side")
     assert got["oracle-best"].verdict == V.FAILS
@@ -135,9 +134,9 @@ def test_readings_one_setting_that_fails_at_95_percent_is_corrected_over_all_set
 
 
 def _synthetic_deahes_data(oracle_gap):
-    """deahes' data for 3 seeds, P ∈ {4, 8}, τ ∈ {1, 2}: the SGD methods at 2.0, the AdaHessian ones
-    at 1.0 with EAHES-O and DEAHES-O 0.05 below EAHES, the oracle ``oracle_gap`` above DEAHES-O;
-    a jitter per seed shared by its runs, and a smaller one per run."""
+    """deahes' data for 3 seeds, P ∈ {4, 8}, τ ∈ {1, 2}, at the paper's η: the SGD methods at 2.0, the
+    AdaHessian ones at 1.0 with EAHES-O and DEAHES-O 0.05 below EAHES, the oracle (full reset)
+    ``oracle_gap`` above DEAHES-O; a jitter per seed shared by its runs, and a smaller one per run."""
     rng = np.random.default_rng(1)
     level = {"EASGD": 2.0, "EAMSGD": 1.95, "EAHES": 1.0, "EAHES-O": 0.95, "DEAHES-O": 0.95}
     level["EAHES-OM"] = 0.95 + oracle_gap
@@ -151,10 +150,12 @@ def _synthetic_deahes_data(oracle_gap):
             if m in ("EAHES-O", "DEAHES-O"):
                 run.update(auc=np.full((2, 3), 0.9), positives=np.full((2, 3), 2 * P),
                            negatives=np.full((2, 3), 4 * P))
-            runs[(P, m)] = run
+            runs[("paper", P, m)] = run
     return {"preset": "test", "dataset": "none", "train_size": 10, "test_size": 10, "rounds": 10, "seeds": 3,
             "semantics": "suppressed", "periods": [1, 2], "workers": [4, 8], "round": np.arange(2.0), "runs": runs,
-            "a0_P4": np.ones(2), "a0_P8": np.ones(2), "failures": "iid", "resample": True}
+            "failures": "iid", "resample": True, "sets": ["paper"], "eta": {"paper": {"SGD": 0.01, "AdaHessian": 0.01}},
+            "a0": {("paper", 4): np.ones(2), ("paper", 8): np.ones(2)}, "oracles": ["full reset"], "brackets": {},
+            "tune_seeds": 0}
 
 
 def test_deahes_rows_come_from_the_catalogue():
@@ -179,6 +180,34 @@ def test_deahes_rows_come_from_the_catalogue():
     # the oracle 0.05 behind DEAHES-O and EAHES-O: not the best, and DEAHES-O no worse than it
     rows = deahes.verdicts(_synthetic_deahes_data(oracle_gap=0.05))
     assert [r["verdict"] for r in rows][2:] == [V.FAILS, V.INCONCLUSIVE, V.HOLDS]
+
+
+def test_deahes_tuned_rows_are_gated_by_the_brackets_and_name_their_steps():
+    """The same runs as the tuned η set, beside the paper's: the rows come twice, each saying its
+    steps; the AdaHessian family's best step at its grid's edge makes every tuned row that
+    compares an AdaHessian method inconclusive, and leaves the paper's rows as they were."""
+    from delaylab.paper_figures import deahes
+
+    data = _synthetic_deahes_data(oracle_gap=-0.01)
+    data["runs"].update({("tuned",) + k[1:]: v for k, v in data["runs"].items()})
+    data["sets"] = ["tuned", "paper"]
+    data["eta"]["tuned"] = {"SGD": 0.1, "AdaHessian": 0.3}
+    data["a0"].update({("tuned", 4): np.ones(2), ("tuned", 8): np.ones(2)})
+    interior = {"steps": [0.03, 0.1, 0.3], "scores": [2.0, 1.9, 2.1], "best": 0.1, "interior": True, "edge": "",
+                "extended": 0}
+    edge = {"steps": [0.1, 0.3, 1.0], "scores": [1.2, 1.1, 1.0], "best": 1.0, "interior": False, "edge": "upper",
+            "extended": 3}
+    data.update(brackets={"SGD": interior, "AdaHessian": edge}, tune_seeds=3, tune_workers=[4])
+    rows = deahes.verdicts(data)
+    assert [r["id"] for r in rows] == [r["id"] for r in deahes.verdicts(_synthetic_deahes_data(-0.01))] * 2
+    tuned, paper = rows[:5], rows[5:]
+    assert [r["verdict"] for r in tuned] == [V.INCONCLUSIVE] * 5  # every claim compares an AdaHessian method
+    assert all("grid's edge" in r["evidence"] for r in tuned)
+    assert [r["verdict"] for r in paper] == [V.HOLDS, V.HOLDS, V.HOLDS, V.INCONCLUSIVE, V.HOLDS]
+    assert all(r["claim"].endswith("at tuned η") for r in tuned) and all(r["claim"].endswith("at η = 0.01") for r in paper)
+    assert "SGD family η = 0.1, AdaHessian family η = 0.3" in tuned[0]["conditions"]
+    text = deahes.findings(data)
+    assert "best η 1 scores 1.0000, the second best, η 0.3, 1.1000 (10.00% apart)" in text
 
 
 # ---------------------------------------------------------------------------------------------

@@ -511,55 +511,92 @@ def test_r5_control_timing_is_exact_and_bad_timing_is_refused():
 
 
 def test_deahes_part_equals_a_direct_sweep_and_redraws(tmp_path, monkeypatch):
-    """DEAHES-O on a tiny configuration (2 workers, τ ∈ {1, 2}, 3 rounds, four of the methods): a
-    (P, method) part equals a direct sweep of that method bit for bit, the one claim whose methods
-    all ran is judged through the catalogue, and the stored .npz redraws the same text."""
+    """DEAHES-O on a tiny configuration (2 workers, τ ∈ {1, 2}, 3 rounds, four of the methods and
+    the "reset where stale" oracle, η picked from 3 steps on 2 tuning seeds): a part equals a direct sweep of its
+    method bit for bit, the SGD family's tuning score is the mean final loss of direct runs on the
+    tuning seeds, a0 comes from a direct failure-free run on the first tuning seed, the one claim
+    whose methods all ran is judged through the catalogue at both η sets, and the stored .npz
+    redraws the same text."""
+    import json
+
     import jax
 
     from delaylab import sim
     from delaylab.algos import elastic as ea
     from delaylab import deahes as setup
+    from delaylab.claims import paired_interval
     from delaylab.paper_figures import deahes
     from delaylab.sim import schedules
     from delaylab.sim.models import cnn_classifier
 
     tiny = dataclasses.replace(setup.PRESETS["quick"], name="tiny", rounds=3, seeds=2, train_size=192, eval_size=96,
-                               test_size=96, periods=(1, 2), resample=True)
+                               test_size=96, periods=(1, 2), tune_seeds=2, tune_workers=(2,), refine=0, max_extend=0,
+                               oracles=("reset where stale",))
     monkeypatch.setitem(deahes.PRESETS, "tiny", tiny)
     monkeypatch.setattr(deahes, "WORKERS", (2,))
-    # four of the six methods (each compiles its own CNN program): EAHES-O also calibrates a0
-    keep = ("EAMSGD", "EAHES", "EAHES-O", "DEAHES-O")
-    monkeypatch.setattr(deahes, "METHODS", keep)
+    # four of the six methods (each compiles its own CNN program; EAHES-O also calibrates a0), and
+    # the oracle reading whose runs under suppressed failures are EAHES-O's
+    keep = ("EAMSGD", "EAHES", "EAHES-O", "EAHES-OM (reset where stale)", "DEAHES-O")
+    monkeypatch.setattr(deahes, "methods_of", lambda cfg: keep)
+    # each family's η scored by one method on a grid of three steps
+    monkeypatch.setattr(deahes, "FAMILIES", {"SGD": ("EAMSGD",), "AdaHessian": ("EAHES-O",)})
+    monkeypatch.setattr(setup, "GRIDS", {"SGD": (0.03, 0.1, 0.3), "AdaHessian": (0.01, 0.03, 0.1)})
     monkeypatch.setattr(deahes, "algorithms", lambda **kw: {k: v for k, v in setup.algorithms(**kw).items() if k in keep})
     out = tmp_path / "out"
     assert cli.main(["figure", "deahes", "--preset", "tiny", "--out", str(out)]) == 0
     data = deahes.load_data(str(out / "deahes.npz"))
+    assert data["sets"] == ["tuned", "paper"] and data["eta"]["paper"] == {"SGD": 0.01, "AdaHessian": 0.01}
+    sgd = data["brackets"]["SGD"]
+    eta = data["eta"]["tuned"]["SGD"]
+    assert eta == sgd["best"] and sgd["steps"] == [0.03, 0.1, 0.3]
 
-    # an independent run of one part: EAMSGD on the disjoint split, seed 1's own split, initial
-    # model and failure draws (the preset resamples every source per seed), beside seed 0's
+    # independent runs: EAMSGD on the disjoint split of one seed (its own split, initial model and
+    # failure draws), at the SGD family's tuned η
     _, Xtr, ytr, Xte, yte = setup.dataset(tiny, None)
-    prob = cnn_classifier(Xtr, ytr, Xte, yte, num_workers=2, split="iid", batch_size=setup.BATCH, eval_size=96,
-                          seed=1, dtype=np.float32)
-    failing = schedules.with_failures(schedules.fixed_computation(np.ones(2), num_events=6),
-                                      probability=setup.FAILURE_P, seed=1000 * 2 + 1)
-    direct = sim.sweep(ea.eamsgd(learning_rate=setup.LR, momentum=setup.MOMENTUM, alpha=setup.ALPHA), prob, failing,
-                       keys=jax.random.key(1)[None], hparams={"period": np.asarray([1, 2], np.int32)},
-                       log_every=2, runs="map")
-    loss = data["runs"][(2, "EAMSGD")]["loss"]  # [τ, seeds, logs]
-    np.testing.assert_array_equal(loss[:, 1:], np.asarray(direct.metrics["loss"]))
+
+    def eamsgd(seed):
+        prob = cnn_classifier(Xtr, ytr, Xte, yte, num_workers=2, split="iid", batch_size=setup.BATCH, eval_size=96,
+                              seed=seed, dtype=np.float32)
+        failing = schedules.with_failures(schedules.fixed_computation(np.ones(2), num_events=6),
+                                          probability=setup.FAILURE_P, seed=1000 * 2 + seed)
+        return sim.sweep(ea.eamsgd(learning_rate=setup.LR, momentum=setup.MOMENTUM, alpha=setup.ALPHA), prob, failing,
+                         keys=jax.random.key(seed)[None], log_every=2, runs="map",
+                         hparams={"period": np.asarray([1, 2], np.int32), "learning_rate": np.full(2, eta, np.float32)})
+
+    loss = data["runs"][("tuned", 2, "EAMSGD")]["loss"]  # [τ, seeds, logs]
+    np.testing.assert_array_equal(loss[:, 1:], np.asarray(eamsgd(1).metrics["loss"]))
     assert not np.array_equal(loss[:, 0], loss[:, 1])
-    assert np.all(np.isfinite(data["runs"][(2, "DEAHES-O")]["auc"]) | (data["runs"][(2, "DEAHES-O")]["positives"] == 0))
+    tuning = [np.asarray(eamsgd(s).metrics["loss"])[:, 0, -1] for s in (10_000, 10_001)]
+    assert sgd["scores"][sgd["steps"].index(eta)] == pytest.approx(float(np.mean(tuning)), rel=1e-12)
+    # a0 at the AdaHessian family's tuned η: 2 × the spread of a in a failure-free EAHES-O run of seed 10,000
+    prob = cnn_classifier(Xtr, ytr, Xte, yte, num_workers=2, split="overlap", overlap=0.5, batch_size=setup.BATCH,
+                          eval_size=96, seed=10_000, dtype=np.float32)
+    clean = sim.sweep(ea.eahes(learning_rate=setup.LR, alpha=setup.ALPHA, trace=6), prob,
+                      schedules.fixed_computation(np.ones(2), num_events=6), keys=jax.random.key(10_000)[None],
+                      log_every=2, runs="map", hparams={"period": np.asarray([1, 2], np.int32),
+                                                        "learning_rate": np.full(2, data["eta"]["tuned"]["AdaHessian"],
+                                                                                 np.float32)})
+    a = np.asarray(clean.state.trace_a, np.float64)[:, 0]
+    np.testing.assert_allclose(data["a0"][("tuned", 2)], [2 * np.std(x[x != 0]) for x in a], rtol=1e-12)
+    # the "reset where stale" oracle under suppressed failures resets nothing: EAHES-O's runs
+    for label in data["sets"]:
+        np.testing.assert_array_equal(data["runs"][(label, 2, "EAHES-OM (reset where stale)")]["loss"],
+                                      data["runs"][(label, 2, "EAHES-O")]["loss"])
+    assert np.all(np.isfinite(data["runs"][("tuned", 2, "DEAHES-O")]["auc"])
+                  | (data["runs"][("tuned", 2, "DEAHES-O")]["positives"] == 0))
     text = (out / "deahes.txt").read_text()
     assert "DEAHES-O beats EASGD, EAMSGD, EAHES and EAHES-O: not judged (this run lacks EASGD)" in text
-    assert "AUC" in text and "on DEAHES-O" in text
-    import json
-
-    from delaylab.claims import paired_interval
-
-    (row,) = json.loads((out / "deahes.verdicts.json").read_text())  # overlap helps: EAHES-O below EAHES
-    assert (row["id"], row["kind"]) == ("overlap-helps", "superiority")
-    d = data["runs"][(2, "EAHES-O")]["loss"][0, :, -1] - data["runs"][(2, "EAHES")]["loss"][0, :, -1]  # τ = 1
-    assert f"EAHES-O − EAHES {paired_interval(d)}" in text
+    assert "AUC" in text and "on DEAHES-O" in text and "apart)" in text
+    # per η set: overlap helps (EAHES-O below EAHES), and DEAHES-O close to the oracle that resets
+    # only stale workers (here: none)
+    rows = json.loads((out / "deahes.verdicts.json").read_text())
+    assert [(r["id"], r["kind"]) for r in rows] == [("overlap-helps", "superiority"),
+                                                    ("deahes-close-to-oracle", "non-inferiority")] * 2
+    assert rows[0]["claim"].endswith("at tuned η") and rows[2]["claim"].endswith("at η = 0.01")
+    assert "read as reset where stale" in rows[1]["conditions"] and "never stale" in rows[1]["conditions"]
+    for label in data["sets"]:
+        R = {m: data["runs"][(label, 2, m)]["loss"][0, :, -1] for m in ("EAHES-O", "EAHES")}  # τ = 1
+        assert f"EAHES-O − EAHES {paired_interval(R['EAHES-O'] - R['EAHES'])}" in text
     (out / "deahes.txt").unlink()
     assert cli.main(["figure", "deahes", "--redraw", str(out / "deahes.npz"), "--out", str(out)]) == 0
     assert (out / "deahes.txt").read_text() == text

@@ -1,0 +1,118 @@
+"""The DEAHES-O set-up (delaylab.deahes): the oracle's readings as exchange rules, the steps'
+families, and the tuning's summary, against weights and numbers written here."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from delaylab import deahes
+from delaylab.algos.elastic import ExchangeContext
+
+
+def _ctx(failed_last: bool, alpha: float = 0.1) -> ExchangeContext:
+    return ExchangeContext(jnp.asarray(alpha, jnp.float32), jnp.asarray(-0.3, jnp.float32), jnp.asarray(failed_last),
+                           jnp.asarray(0))
+
+
+@pytest.mark.parametrize("reading,failure,after,otherwise", [
+    ("full reset", "suppressed", (1.0, 0.0), (0.1, 0.1)),
+    ("full reset", "stale", (1.0, 0.0), (0.1, 0.1)),
+    ("master side", "suppressed", (0.1, 0.0), (0.1, 0.1)),
+    ("master side", "stale", (0.1, 0.0), (0.1, 0.1)),
+    # the worker's parameters are stale only under stale failures: only there is it reset
+    ("reset where stale", "stale", (1.0, 0.0), (0.1, 0.1)),
+    ("reset where stale", "suppressed", (0.1, 0.1), (0.1, 0.1)),
+])
+def test_each_oracle_reading_gives_its_weights_after_a_failure(reading, failure, after, otherwise):
+    rule = deahes.oracle_exchange(reading, failure).weights
+    for failed, want in ((True, after), (False, otherwise)):
+        h1, h2 = rule({}, _ctx(failed))
+        assert (float(h1), float(h2)) == pytest.approx(want, abs=1e-7)
+
+
+def test_oracle_names_families_and_shared_runs():
+    assert [deahes.oracle_name(r) for r in deahes.ORACLES] == [
+        "EAHES-OM", "EAHES-OM (master side)", "EAHES-OM (reset where stale)"]
+    assert [deahes.family(m) for m in ("EASGD", "EAMSGD", "EAHES", "EAHES-O", "EAHES-OM", "EAHES-OM (master side)",
+                                       "DEAHES-O")] == ["SGD", "SGD"] + ["AdaHessian"] * 5
+    # the stale-only reset never fires under suppressed failures (EAHES-O's rule) and always under
+    # stale ones (the full reset's)
+    assert deahes.same_runs("EAHES-OM (reset where stale)", "suppressed") == "EAHES-O"
+    assert deahes.same_runs("EAHES-OM (reset where stale)", "stale") == "EAHES-OM"
+    assert deahes.same_runs("EAHES-OM", "suppressed") is None and deahes.same_runs("EAHES-OM", "stale") is None
+    with pytest.raises(ValueError, match="oracle reading"):
+        deahes.oracle_exchange("half reset", "stale")
+    algs = deahes.algorithms(trace=8, failure="stale", oracles=deahes.ORACLES)
+    assert [m for m in algs] == ["EASGD", "EAMSGD", "EAHES", "EAHES-O", "EAHES-OM", "EAHES-OM (master side)",
+                                 "EAHES-OM (reset where stale)", "DEAHES-O"]
+    assert all(split == "overlap" for m, (_, split) in algs.items() if m.startswith("EAHES-OM"))
+
+
+def test_sweep_hparams_put_the_step_beside_each_period_and_start_the_ramp_at_minus_a0():
+    hp = deahes.sweep_hparams((1, 2, 4), 0.05, a0=[0.1, 0.2, 0.4])
+    np.testing.assert_array_equal(hp["period"], [1, 2, 4])
+    np.testing.assert_allclose(hp["learning_rate"], [0.05] * 3)
+    np.testing.assert_allclose(hp["a_start"], [-0.1, -0.2, -0.4], rtol=1e-7)
+    assert set(deahes.sweep_hparams((1,), 0.1)) == {"period", "learning_rate"}
+
+
+def test_every_preset_resamples_its_failures_per_seed_and_tunes_on_three_seeds():
+    from delaylab.sim import schedules
+
+    cfg = deahes.PRESETS["quick"]
+    _, a = deahes.schedules_for(4, cfg, seed=0)
+    _, b = deahes.schedules_for(4, cfg, seed=1)
+    want = schedules.with_failures(schedules.fixed_computation(np.ones(4), num_events=80), probability=1 / 3,
+                                   seed=4001)
+    np.testing.assert_array_equal(b.delivered, want.delivered)
+    assert not np.array_equal(a.delivered, b.delivered)
+    for name in ("quick", "quick-stale", "medium"):
+        assert deahes.PRESETS[name].tune_seeds >= 3 and deahes.PRESETS[name].refine >= 1
+
+
+def test_resolution_says_the_best_and_second_best_scores():
+    b = {"steps": [0.03, 0.1, 0.3, 0.055], "scores": [1.5, 1.2, 2.0, 1.26]}
+    assert deahes.resolution(b) == ("best η 0.1 scores 1.2000, the second best, η 0.055, 1.2600 (5.00% apart)")
+
+
+def test_readings_tune_on_tuning_seeds_and_calibrate_a0_there(monkeypatch):
+    """deahes-readings' bookkeeping with closed-form runs: each family's tuning score is the mean of
+    its methods' losses (log η − log η*)² over the tuning seeds 10,000, 10,001, 10,002 alone; the
+    brackets refine once (SGD: η* = 0.1 on the grid; AdaHessian: η* = 0.05, so 0.03 wins, the grid
+    extends once below it and the refinement picks √(0.03 · 0.1)); a0 is calibrated on seed 10,000
+    at each set's AdaHessian η, and the reported seeds 0, 1, 2 run once per η set with it."""
+    from delaylab.paper_figures import _figure
+    from delaylab.paper_figures import deahes_readings as R
+
+    star = {"SGD": 0.1, "AdaHessian": 0.05}
+    seen = {"tune": set(), "calibrate": [], "report": []}
+
+    def tuning_run(cfg, data, seed, m, eta, a0):
+        seen["tune"].add(seed)
+        if m == "DEAHES-O":  # with a0 calibrated at the same η
+            assert a0 == 1000 * eta
+        return {"loss": float((np.log(eta) - np.log(star[deahes.family(m)])) ** 2)}
+
+    def calibrate(cfg, data, eta):
+        seen["calibrate"].append(eta)
+        return {"a0": 1000 * eta, "a_mean": 0.0, "a_sd": 0.0}
+
+    def seed_part(cfg, seed, data, eta, a0, progress):
+        seen["report"].append((seed, dict(eta), a0))
+        return {"seed": seed}
+
+    monkeypatch.setattr(R, "dataset", lambda cfg, path: ("none", None, None, None, None))
+    monkeypatch.setattr(R, "_tuning_run", tuning_run)
+    monkeypatch.setattr(R, "_calibrate", calibrate)
+    monkeypatch.setattr(R, "_seed_part", seed_part)
+    parts = _figure.Parts(None, code="", conv=None, label="test", quiet=True)
+    data = R.compute(R.PRESETS["quick"], parts, progress=False)
+    assert seen["tune"] == {10_000, 10_001, 10_002}
+    sgd, ah = data["brackets"]["SGD"], data["brackets"]["AdaHessian"]
+    assert sgd["best"] == pytest.approx(0.1) and sgd["interior"] and len(sgd["steps"]) == 5
+    assert ah["best"] == pytest.approx(np.sqrt(0.03 * 0.1)) and ah["interior"] and ah["extended"] == 1
+    assert data["sets"] == ["tuned", "paper"]
+    tuned = {"SGD": sgd["best"], "AdaHessian": ah["best"]}
+    assert seen["report"] == [(s, tuned, pytest.approx(1000 * ah["best"])) for s in range(3)] + [
+        (s, {"SGD": 0.01, "AdaHessian": 0.01}, pytest.approx(10.0)) for s in range(3)]
+    assert data["by_set"]["paper"]["calibration"]["a0"] == pytest.approx(10.0)
