@@ -190,9 +190,9 @@ def score_at(run: dict, t: float, horizon: float) -> float:
 def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, progress: bool = True) -> dict:
     """Every method's step bracketed on the tuning seeds, then its runs on the reported seeds; for
     Fig. B's three methods also the runs at the other step settings its verdict needs
-    (:func:`claims.step_settings`: each of the three tuned steps used for all three,
-    and each method one step of its refined grid below, and above, its tuned step). Every run
-    (method, step, seed) is one part, so a stopped run resumes where it was.
+    (:func:`claims.step_settings`: each method one step of its refined grid below, and above, its
+    tuned step; a common step only where the catalogue's claim has one). Every run (method, step,
+    seed) is one part, so a stopped run resumes where it was.
 
     Seeds resample every random source (``SOURCES``, :func:`claims.seed_sources`); the test split
     is the same for every seed (it measures, it is not drawn). A step is chosen by
@@ -253,7 +253,7 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
         if progress:
             print(f"  r5 {name:16s} {b.note()}", flush=True)
     if set(RANKING) <= set(methods):  # Fig. B's three methods at every step setting of the verdict
-        settings = claims.step_settings({k: brackets[k] for k in RANKING})
+        settings = claims.step_settings({k: brackets[k] for k in RANKING}, common=catalogue.claim(CLAIM).common_step)
         out["ranking"] = {"settings": settings, "runs": {}}
         for label, steps in settings.items():
             out["ranking"]["runs"][label] = {}
@@ -306,9 +306,9 @@ def settings_of(data: dict) -> dict:
 
 def ranking_verdict(data: dict) -> catalogue.Verdict:
     """Fig. B's ranking at the end of the horizon through the catalogue (claim ``fig-b-ranking``):
-    the consecutive log-F differences at the tuned steps, judged with the same comparisons at each
-    tuned step used for all three and at the tuned steps' grid neighbours, gated on the brackets.
-    Data without those other settings: inconclusive, robustness to the step not measured."""
+    the consecutive log-F differences at the tuned steps, judged with the same comparisons at the
+    other step settings in the data (the catalogue reads those its claim admits), gated on the
+    brackets. Data without other settings: inconclusive, robustness to the step not measured."""
     if not set(RANKING) <= set(data["methods"]):
         return catalogue.Verdict(catalogue.claim(CLAIM), claims.INCONCLUSIVE, [], "this run lacks " +
                                  ", ".join(k for k in RANKING if k not in data["methods"]))
@@ -333,16 +333,19 @@ def _fmt_ratio(iv) -> str:
     return f"{math.exp(iv.mean):.3g} [{math.exp(iv.lo):.3g}, {math.exp(iv.hi):.3g}]"
 
 
-def _fmt_setting(f: dict, *, words: bool) -> str:
-    """One setting's comparisons: the geometric-mean ratio F_A/F_B with its 95% t interval (and
-    each comparison's word with ``words``), or which methods diverged on how many seeds."""
+def _fmt_setting(f: dict) -> str:
+    """One setting's comparisons as a description: the geometric-mean ratio F_A/F_B with its 95% t
+    interval, or which methods diverged on how many seeds."""
     bad = _diverged(f)
     if bad:
         n = len(next(iter(f.values())))
         return "diverged: " + ", ".join(f"{k} on {c} of {n} seeds" for k, c in bad.items())
-    _, parts = claims.judge(claims.ORDERING, _comparisons(f))
-    return "; ".join(f"{p.name.replace(' below ', '/')} {_fmt_ratio(p.interval)}" + (f" ({p.verdict})" if words else "")
-                     for p in parts)
+    return "; ".join(f"{name.replace(' below ', '/')} {_fmt_ratio(claims.paired_interval(d))}"
+                     for name, d in _comparisons(f))
+
+
+def _steps_text(steps: dict) -> str:
+    return ", ".join(f"{k.split()[0]} γ = {g:.3g}" for k, g in steps.items())
 
 
 def findings(data: dict) -> str:
@@ -374,23 +377,28 @@ def findings(data: dict) -> str:
     lines.append("(medians over the reported seeds of the values averaged over the last tenth of the run; runner-up: "
                  "the second-best step of the bracket and its tuning score relative to the best's)")
     v = ranking_verdict(data)
+    common = catalogue.claim(CLAIM).common_step
     lines.append(f"Fig. B's ranking, Rescaled below Ringleader below Malenia in training loss F, judged at the end of "
-                 f"the horizon, t = {h:g} (the paper states it at the end of its axis): per comparison the geometric "
-                 "mean over seeds of F_A/F_B with its 95% t interval (of the mean log ratio; \"does not hold\" at the "
-                 "Bonferroni level). It holds or does not hold only where the tuned steps, each tuned step used for "
-                 "all three methods, and the tuned steps' grid neighbours give the same word, and none is decided "
-                 "within two half-widths on fewer than 10 seeds.")
+                 f"the horizon, t = {h:g} (the paper states it at the end of its axis), through the catalogue "
+                 f"({CLAIM}, {v.claim.kind}): per comparison the geometric mean over seeds of F_A/F_B with the interval "
+                 "that decided its word and that interval's level (of the mean log ratio; \"does not hold\" at the "
+                 "Bonferroni level). It holds or does not hold only where the tuned steps"
+                 + (", a common step" if common else "") + " and the tuned steps' grid neighbours give the same word, "
+                 "and none is decided within two half-widths on fewer than 10 seeds"
+                 + ("" if common else " (no common step: the three methods' steps share no scale, Malenia's being "
+                                      "one step per round of n gradients)") + ".")
     lines.append(f"  verdict: {v.verdict}" + (f" ({v.reason})" if v.reason else ""))
     if set(RANKING) <= set(data["methods"]):
         values, settings = setting_values(data), settings_of(data)
+        lines += v.setting_lines(settings, _steps_text, fmt=".3g", scale=math.exp, indent="  ")
         for label, f in values.items():
-            steps = ", ".join(f"{k.split()[0]} γ = {g:.3g}" for k, g in settings[label].items())
-            lines.append(f"  {label} ({steps}): {_fmt_setting(f, words=True)}")
+            if _diverged(f):
+                lines.append(f"  ({label}: {_fmt_setting(f)})")
         lines.append("Along the same curves at earlier times (each method at its step tuned for the end; a "
                      "description, not a verdict: the paper states no ranking there):")
         for t in check_times(data)[:-1]:
             f = {k: v for k, v in at_time(data, "loss", t).items() if k in RANKING}
-            lines.append(f"  t = {t:g}: {_fmt_setting(f, words=False)}")
+            lines.append(f"  t = {t:g}: {_fmt_setting(f)}")
     lines += _earlier_tuning(data)
     lines += _malenia_note(data)
     slowest = float(mean[-1])
@@ -443,10 +451,10 @@ def verdicts(data: dict) -> list:
     cfg = data["config"]
     h = float(cfg["horizon"])
     v = ranking_verdict(data)
-    ev = "; ".join(f"F ratio {p.name.replace(' below ', '/')} {_fmt_ratio(p.interval)}" for p in v.parts)
+    ev = "F ratios at the tuned steps (geometric means over seeds): " + v.evidence(".3g", scale=math.exp)
     return [v.row(f"Fig. B's ranking at the end of the horizon (t = {h:g}): Rescaled below Ringleader below Malenia "
                   f"in training loss (Malenia SGD's \"{reading(data)}\" reading)",
-                  ev or "no comparison",
+                  ev if v.parts else "no comparison",
                   f"{data['preset']}: {data['dataset']}, horizon {h:g}, "
                   f"{'fixed' if cfg['timing'] == 'fixed' else 'random'} times, steps bracketed on "
                   f"{len(data['tune_seeds'])} tuning seeds, {len(data['report_seeds'])} reported seeds (each "
