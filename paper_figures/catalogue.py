@@ -57,10 +57,10 @@ _SURVEY = "straggler-mitigation survey behind docs/theory.md §10"
 
 CLAIMS: dict = {c.id: c for c in (
     Claim("vanilla-frequency-weights", f"{_MAHRAN}, §2", "vanilla ASGD minimises the frequency-weighted objective "
-          "(implicit weights ∝ 1/τ_i)", C.EQUIVALENCE, "at its fixed point (γ → 0)", "τ profiles",
+          "(implicit weights ∝ 1/τ_i)", C.EQUIVALENCE, "its fixed point (γ → 0)", "τ profiles",
           margin="absolute weight tolerance"),
     Claim("rescaled-uniform-weights", f"{_MAHRAN}, §2", "Rescaled ASGD minimises the true, equal-weighted objective "
-          "(weights 1/n)", C.EQUIVALENCE, "at its fixed point (γ → 0)", "τ profiles",
+          "(weights 1/n)", C.EQUIVALENCE, "its fixed point (γ → 0)", "τ profiles",
           margin="absolute weight tolerance"),
     Claim("fig-a-limits", f"{_MAHRAN}, poster Fig. A", "vanilla ASGD settles at the frequency-weighted minimiser, "
           "Rescaled ASGD at the true one", C.EQUIVALENCE, "the end of the run", "the two methods",

@@ -74,7 +74,7 @@ def table(rs: list) -> str:
                    if c.tuned else "") + ".")
         if c.reconstructions:
             head += " Reconstructed: " + "; ".join(_cell(x) for x in c.reconstructions) + "."
-        lines += ["", head, "", "| figure | as judged | verdict | evidence (95% intervals) | conditions |",
+        lines += ["", head, "", "| figure | as judged | verdict | evidence (intervals at the level stated, else 95%) | conditions |",
                   "|---|---|---|---|---|"]
         lines += [f"| `{_cell(r['stem'])}` | {_cell(r['claim'])} | **{_cell(r['verdict'])}** | {_cell(r['evidence'])} | "
                   f"{_cell(r['conditions'])} |" for r in mine]
