@@ -5,10 +5,12 @@ Their jobs return the point they were computed at along with the gradient
 (:func:`point_and_gradient_job`), so that the server can send a worker back to the *same*
 point, and can tell a gradient of the current round from a stale one.
 
-Deviation from the papers, by the event model: a job in flight is never cancelled (timing is
-fixed ahead of the run). Where Rennala and Malenia "stop or ignore" unfinished work at a round
-boundary, here those jobs run to completion and their gradients are discarded on arrival
-(counted per worker in ``worker_stats["discarded"]``); the worker then starts on the new point.
+Rennala and Malenia "stop or ignore" unfinished work at a round boundary (docs/theory.md §7.5).
+The algorithms here read whatever schedule they run on: on an asynchronous schedule a job in
+flight at a round's close runs to completion and its gradient is discarded on arrival (counted
+per worker in ``worker_stats["discarded"]``; the "ignore" reading); on
+``sim.schedules.every_worker_rounds`` those jobs are cancelled at the close and every worker
+restarts on the new point (the "stop" reading of Malenia SGD), so nothing is discarded.
 """
 
 from __future__ import annotations
