@@ -610,7 +610,8 @@ def test_the_findings_verdict_table_matches_the_figures_verdict_files(tmp_path):
     from delaylab.paper_figures import table
 
     assert table.main(["--check"]) == 0
-    rs = [{"stem": "x", "claim": "a | b", "verdict": "holds", "evidence": "+0.1 ± 0.2", "conditions": "c"}]
+    rs = [{"id": "overlap-helps", "kind": "superiority", "stem": "x", "claim": "a | b", "verdict": "holds",
+           "evidence": "+0.1 ± 0.2", "conditions": "c"}]
     out = table.render(f"head\n{table.BEGIN}\nSTALE ROW\n{table.END}\ntail\n", rs)
     assert out.startswith("head\n") and out.endswith("tail\n") and "STALE" not in out and "a \\| b" in out
     with pytest.raises(ValueError, match="markers"):
