@@ -10,8 +10,8 @@ random draws, so the difference cancels what they share): a 95% Student-t interv
 not a bootstrap: with 3–10 seeds the bootstrap's percentile interval is too narrow; the t interval
 covers at its nominal rate for normal differences, which ``tests/delaylab/test_claims.py`` checks
 by simulation). The claim holds when the whole interval lies below 0, does not hold when it lies
-above 0, and is inconclusive otherwise (:func:`below`). A claim "A equals B" is judged by an
-equivalence margin stated with it (:func:`equal`), a ratio claim on log ratios (:func:`ratio_below`).
+above 0, and is inconclusive otherwise (:func:`below`). One test per kind of claim (:func:`judge`);
+between tuned methods, the word must agree across step settings (:func:`step_robust`).
 """
 
 from __future__ import annotations
