@@ -88,17 +88,18 @@ CLAIMS: dict = {c.id: c for c in (
           "models and splits"),
     Claim("adahessian-beats-sgd", f"{_DEAHES}, Figs. 4-5", "AdaHessian methods (EAHES, EAHES-O, EAHES-OM, DEAHES-O) "
           "beat the SGD methods (EASGD, EAMSGD)", C.SUPERIORITY, "the end of training", "4 × 2 pairs in every setting",
-          reconstructions=_DEAHES_RECON),
+          reconstructions=_DEAHES_RECON, tuned=True),
     Claim("overlap-helps", f"{_DEAHES}, Figs. 4-5", "overlap helps: EAHES-O below EAHES", C.SUPERIORITY,
-          "the end of training", "settings (P, τ)", reconstructions=_DEAHES_RECON),
+          "the end of training", "settings (P, τ)", reconstructions=_DEAHES_RECON, tuned=True),
     Claim("oracle-best", f"{_DEAHES}, Figs. 4-5", "the oracle EAHES-OM is the best of the six", C.SUPERIORITY,
           "the end of training", "the oracle against each other method, in every setting (a verdict per oracle reading)",
-          reconstructions=_DEAHES_RECON),
+          reconstructions=_DEAHES_RECON, tuned=True),
     Claim("deahes-beats-baselines", f"{_DEAHES}, Figs. 4-5", "DEAHES-O beats EASGD, EAMSGD, EAHES and EAHES-O",
-          C.SUPERIORITY, "the end of training", "4 pairs in every setting", reconstructions=_DEAHES_RECON),
+          C.SUPERIORITY, "the end of training", "4 pairs in every setting", reconstructions=_DEAHES_RECON,
+          tuned=True),
     Claim("deahes-close-to-oracle", f"{_DEAHES}, Figs. 4-5", "DEAHES-O comes close to the oracle: no worse than it "
           "by more than the margin", C.NONINFERIORITY, "the end of training", "settings (a verdict per oracle reading)",
-          margin="2% of the oracle's loss", reconstructions=_DEAHES_RECON),
+          margin="2% of the oracle's loss", reconstructions=_DEAHES_RECON, tuned=True),
     Claim("deahes-equals-eahes-o-clean", f"{_DEAHES}, §9.5 (without failures the weights stay at 1)",
           "without failures DEAHES-O equals EAHES-O", C.EQUIVALENCE, "the end of training", "the one setting",
           margin="2% of EAHES-O's loss", reconstructions=_DEAHES_RECON),
@@ -179,7 +180,7 @@ def claim(claim_id: str) -> Claim:
 
 def verdict(claim_id: str, parts: Sequence[tuple], *, margin: float = 0.0,
             steps: Optional[Mapping[str, Mapping[str, Sequence[tuple]]]] = None, gate: Sequence = (),
-            seeds: int = 10, exact: bool = False) -> Verdict:
+            seeds: int = 10, exact: bool = False, at_tuned_steps: Optional[bool] = None) -> Verdict:
     """The verdict on claim ``claim_id`` from its comparisons ``parts`` (each ``(name, d)``, d the
     paired differences A − B over seeds): the kind's test (:func:`delaylab.claims.judge`) at level
     1 − 0.05/family_size for "holds". ``gate``: brackets of the tuned steps (a verdict resting on a
@@ -189,12 +190,14 @@ def verdict(claim_id: str, parts: Sequence[tuple], *, margin: float = 0.0,
     ``{"common": {label: parts}, "neighbours": {label: parts}}``; the verdict is the tuned one only
     where every setting gives the same word and none decides within two half-widths on fewer
     than ``seeds`` seeds (:func:`delaylab.claims.step_robust`); without ``steps`` it is inconclusive.
-    ``exact``: each d is one deterministic number (no seeds)."""
+    ``exact``: each d is one deterministic number (no seeds). ``at_tuned_steps=False``: this instance
+    of a claim about tuned methods compares them at one fixed step given for all (a paper's stated
+    step, untuned), so no other step setting is asked for; None: the claim's own flag."""
     c = claim(claim_id)
     level = 1.0 - 0.05 / c.family_size
     tuned = _judge(c, parts, margin, level, exact)
     word, reason, words, readings = tuned[0], "", None, {"tuned steps": tuned}
-    if c.tuned:
+    if c.tuned if at_tuned_steps is None else at_tuned_steps:
         steps = steps or {}
         common = steps.get("common", {}) if c.common_step else {}  # steps of no shared scale: no common reading
         at = C.AtSteps(tuned, {k: _judge(c, p, margin, level, exact) for k, p in common.items()},

@@ -52,7 +52,9 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
     failures; within a seed every method sees the same draws, so the claims are judged on paired
     differences over the reported seeds. Steps: with ``tune_seeds``, η is bracketed per optimiser
     family (:data:`delaylab.deahes.FAMILIES`) on the tuning seeds (:func:`_tune`), and every method
-    then runs at its family's tuned η and again at the paper's η = 0.01. DEAHES-O's a0 at each η
+    then runs at its family's tuned η and again at the paper's η = 0.01; and, for the tuned verdicts'
+    robustness to the step (:func:`claims.step_settings`), at a common η for both families and at
+    each family's grid neighbours of its tuned η (a run asked for twice is computed once). DEAHES-O's a0 at each η
     comes from a failure-free EAHES-O run on the first tuning seed (:meth:`_Runs.a0`), so nothing
     fitted sees a reported seed. Training loss: the master's loss over ``eval_size`` training
     examples; test accuracy over the test set; both every ``log_rounds`` rounds."""
@@ -65,12 +67,15 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
            "oracles": list(cfg.oracles), "tune_seeds": len(tune_seeds),
            "tune_workers": list(cfg.tune_workers or WORKERS), "runs": {}, "eta": {}, "brackets": {}, "a0": {}}
     sets = {"paper": {f: LR for f in FAMILIES}}
+    others: dict = {}
     if tune_seeds:
-        for f in FAMILIES:
-            out["brackets"][f] = stored_bracket(_tune(runs, f, tune_seeds, progress))
-        sets = {"tuned": {f: out["brackets"][f]["best"] for f in FAMILIES}, **sets}
-    out["sets"] = list(sets)
-    for label, eta in sets.items():
+        brackets = {f: _tune(runs, f, tune_seeds, progress) for f in FAMILIES}
+        out["brackets"] = {f: stored_bracket(b) for f, b in brackets.items()}
+        out["settings"] = {label: dict(at) for label, at in claims.step_settings(brackets).items()}
+        sets = {"tuned": out["settings"]["tuned"], **sets}
+        others = {label: at for label, at in out["settings"].items() if label != "tuned"}
+    out["sets"] = list(sets)  # the η sets reported (text, verdict rows, figure); `others` feed the tuned verdicts
+    for label, eta in {**sets, **others}.items():
         out["eta"][label] = dict(eta)
         for P in WORKERS:
             a0 = runs.a0(P, eta["AdaHessian"])
@@ -371,13 +376,46 @@ def _report(data: dict) -> tuple:
     return "\n".join(lines) + "\n", table
 
 
+def _tables(data: dict, label: str, methods: list) -> tuple:
+    """(seeds, loss) of η set ``label``: (P, τ index, method) -> final training loss per seed, and
+    its mean over seeds (None where the set lacks a run)."""
+    R = _runs(data, label)
+    if not all((P, m) in R for P in data["workers"] for m in methods):
+        return None
+    seeds = {(P, t, m): _final(R[(P, m)], "loss")[t].astype(np.float64)
+             for P in data["workers"] for t in range(len(data["periods"])) for m in methods}
+    return seeds, {k: float(v.mean()) for k, v in seeds.items()}
+
+
+def _steps_text(at: dict) -> str:
+    return ", ".join(f"{f} η = {at[f]:.4g}" for f in FAMILIES)
+
+
+def _reading(label: str, word: str, parts: list) -> str:
+    """One step setting's reading of a claim: its word, its counts and the comparison that decides it."""
+    if all(p.verdict == HOLDS for p in parts):
+        p = max(parts, key=_slack)
+        ev = f"nearest to failing: {p.name} {p.interval}"
+    elif word == FAILS:
+        p = next(p for p in parts if p.verdict == FAILS)
+        ev = f"{p.name} {p.interval} (corrected {p.corrected})"
+    else:
+        p = next(p for p in parts if p.verdict != HOLDS)
+        ev = f"e.g. {p.name} {p.interval}"
+    return f"{label}: {word} ({_counts(parts)}; {ev})"
+
+
 def _judge(data: dict, label: str, lines: list) -> list:
-    """The claims at η set ``label``: its text appended to ``lines``; returns its verdict rows."""
+    """The claims at η set ``label``: its text appended to ``lines``; returns its verdict rows. At
+    the tuned set, each claim is also judged at the other step settings the data hold
+    (``data["settings"]``: a common η for both families, each family's grid neighbours), and its
+    verdict is the tuned one only where all agree (:func:`paper_figures.catalogue.verdict`)."""
     R = _runs(data, label)
     table: list = []
     methods = [m for m in _present(data, label, data["workers"][0])
                if all(m in _present(data, label, P) for P in data["workers"])]
     gate = {f: claims.Bracket.from_stored(b) for f, b in data.get("brackets", {}).items()} if label == "tuned" else {}
+    settings = {k: v for k, v in data.get("settings", {}).items() if k != "tuned"} if label == "tuned" else {}
     lines += [f"At {_eta_words(data, label)}: final master training loss and test accuracy (mean ± std over seeds):",
               f"{'P':>2s} {'τ':>2s} " + " ".join(f"{m:>17s}" for m in methods)]
     for P in data["workers"]:
@@ -387,22 +425,30 @@ def _judge(data: dict, label: str, lines: list) -> list:
             lines.append(f"{P:2d} {tau:2d} {lo}   (loss)")
             lines.append(f"{'':2s} {'':2s} {ac}   (accuracy)")
     configs = [(P, t) for P in data["workers"] for t in range(len(data["periods"]))]
-    loss = {(P, t, m): float(_final(R[(P, m)], "loss")[t].mean()) for P, t in configs for m in methods}
-    seeds = {(P, t, m): _final(R[(P, m)], "loss")[t].astype(np.float64) for P, t in configs for m in methods}
+    seeds, loss = _tables(data, label, methods)
     at = "at tuned η" if label == "tuned" else f"at η = {LR}"
 
     def claim(cid, text, needs, comparisons, margin=0.0, oracle=None):
-        """comparisons(P, t) -> [(name, d)]; the claim must hold in every setting: one verdict of
-        the catalogue (:func:`paper_figures.catalogue.verdict`) whose parts are all settings'
-        comparisons, so that "does not hold" is judged at the Bonferroni level of all of them (at
-        tuned η, inconclusive where a family's step it compares sits at a grid's edge); then each
-        setting's comparisons that decide it. ``oracle``: the oracle reading it compares."""
+        """comparisons(seeds, loss, P, t) -> [(name, d)]; the claim must hold in every setting: one
+        verdict of the catalogue (:func:`paper_figures.catalogue.verdict`) whose parts are all
+        settings' comparisons, so that "does not hold" is judged at the Bonferroni level of all of
+        them (at tuned η, inconclusive where a family's step it compares sits at a grid's edge, or
+        where another step setting gives another word); then each setting's comparisons that decide
+        it, and at tuned η each step setting's reading. ``oracle``: the oracle reading it compares."""
         missing = [m for m in needs if m not in methods]
         if missing:
             lines.append(f"- {text}: not judged (this run lacks {', '.join(missing)}).")
             return
-        per = {(P, t): comparisons(P, t) for P, t in configs}
-        v = catalogue.verdict(cid, [c for P, t in configs for c in per[P, t]], margin=margin,
+        per = {(P, t): comparisons(seeds, loss, P, t) for P, t in configs}
+        steps, tuned = None, False
+        if label == "tuned":
+            at_steps = {}
+            for lab in settings:
+                tab = _tables(data, lab, list(needs))
+                if tab is not None:
+                    at_steps[lab] = [c for P, t in configs for c in comparisons(*tab, P, t)]
+            steps, tuned = claims.split_settings({"tuned": None, **at_steps})[1], None
+        v = catalogue.verdict(cid, [c for P, t in configs for c in per[P, t]], margin=margin, steps=steps, at_tuned_steps=tuned,
                               gate=[gate[f] for f in sorted({family(m) for m in needs}) if f in gate])
         it = iter(v.parts)
         got = {key: [next(it) for _ in per[key]] for key in configs}
@@ -410,6 +456,9 @@ def _judge(data: dict, label: str, lines: list) -> list:
                      + (f"; {v.reason}" if v.reason else "") + ").")
         for (P, t), ps in got.items():
             lines.append(f"    P = {P}, τ = {data['periods'][t]}: " + _shown(ps))
+        for lab, (word, ps) in (v.readings or {}).items() if data.get("settings") else ():
+            key = "tuned" if lab == "tuned steps" else lab.replace("common step ", "common ", 1)
+            lines.append(f"    step setting {_reading(lab, word, ps)} at {_steps_text(data['settings'][key])}")
         where = {id(p): key for key, ps in got.items() for p in ps}
         key, ev = _deciding(v, where)
         table.append(v.row(f"{text}, {at}", f"{_counts(v.parts)}; {ev} at P = {key[0]}, τ = {data['periods'][key[1]]}",
@@ -417,7 +466,7 @@ def _judge(data: dict, label: str, lines: list) -> list:
                            + (f"; {_oracle_note(data, R, configs, loss, oracle)}" if oracle else "")))
 
     def below_each(a, others):
-        return lambda P, t: [(f"{a} − {b}", seeds[P, t, a] - seeds[P, t, b]) for b in others]
+        return lambda S, L, P, t: [(f"{a} − {b}", S[P, t, a] - S[P, t, b]) for b in others]
 
     lines.append(f"The paper's claims at {_eta_words(data, label)}, judged by the final training loss: paired "
                  f"differences over the {data['seeds']} seeds (a seed gives every method the same draws), mean ± "
@@ -426,10 +475,15 @@ def _judge(data: dict, label: str, lines: list) -> list:
                  "lies on its side (of 0, or of the margin), does not hold when some comparison lies wholly on the "
                  "other side at the Bonferroni level 1 − 0.05/k over all k comparisons of the claim (the corrected "
                  "interval is shown), and is inconclusive otherwise"
-                 + (" or where a step it compares sits at its grid's edge." if gate else "."))
+                 + (" or where a step it compares sits at its grid's edge" if gate else "")
+                 + ("; at tuned η a verdict stands only where the common η and each family's grid neighbours give "
+                    "the same word, and none of them decides within two half-widths on fewer than 10 seeds"
+                    if label == "tuned" else "; at the paper's η every method runs at one fixed step, untuned, so no "
+                    "other step is asked for") + ".")
     claim("adahessian-beats-sgd", "AdaHessian methods beat the SGD methods (each of EAHES, EAHES-O, EAHES-OM (full "
           "reset), DEAHES-O below both EASGD and EAMSGD)", HESSIAN + ("EASGD", "EAMSGD"),
-          lambda P, t: [c for h in HESSIAN for c in below_each(h, ("EASGD", "EAMSGD"))(P, t)], oracle="full reset")
+          lambda S, L, P, t: [c for h in HESSIAN for c in below_each(h, ("EASGD", "EAMSGD"))(S, L, P, t)],
+          oracle="full reset")
     claim("overlap-helps", "Overlap helps (EAHES-O below EAHES)", ("EAHES-O", "EAHES"),
           below_each("EAHES-O", ("EAHES",)))
     others = ("EASGD", "EAMSGD", "EAHES", "EAHES-O", "DEAHES-O")
@@ -444,8 +498,8 @@ def _judge(data: dict, label: str, lines: list) -> list:
         claim("deahes-close-to-oracle", f"DEAHES-O comes close to the oracle ({r}): no worse than it by more than "
               f"{EQUAL_MARGIN:.0%} of its loss (non-inferiority, on DEAHES-O − EAHES-OM relative to the oracle's mean "
               "loss in each setting)", ("DEAHES-O", om),
-              lambda P, t, om=om: [(f"(DEAHES-O − {om}) / {loss[P, t, om]:.4f}",
-                                    (seeds[P, t, "DEAHES-O"] - seeds[P, t, om]) / loss[P, t, om])],
+              lambda S, L, P, t, om=om: [(f"(DEAHES-O − {om}) / {L[P, t, om]:.4f}",
+                                          (S[P, t, "DEAHES-O"] - S[P, t, om]) / L[P, t, om])],
               margin=EQUAL_MARGIN, oracle=r)
     if "DEAHES-O" in methods and "EAHES-O" in methods:
         same = [(P, data["periods"][t], int(np.sum(np.all(R[(P, "DEAHES-O")]["loss"][t] == R[(P, "EAHES-O")]["loss"][t],

@@ -121,10 +121,14 @@ def test_catalogue_verdict_applies_the_claims_kind_and_rules():
     row = v.row("words", "evidence", "conditions")
     assert (row["id"], row["kind"], row["claim"]) == ("rescaled-slower-homogeneous", C.SUPERIORITY, "words")
     assert row["evidence"].startswith("evidence; depends on the step")
-    v = catalogue.verdict("overlap-helps", [("x", d)])  # not between tuned methods: the intervals decide
+    v = catalogue.verdict("frequency-bias-networks", [("x", d)])  # not between tuned methods: the intervals decide
     assert v.verdict == C.HOLDS and v.steps is None
+    # a claim between tuned methods judged where every method runs at one stated step (untuned)
+    v = catalogue.verdict("overlap-helps", [("x", d)], at_tuned_steps=False)
+    assert v.verdict == C.HOLDS and v.steps is None and not v.reason
+    assert catalogue.verdict("overlap-helps", [("x", d)]).verdict == C.INCONCLUSIVE
     edge = C.Bracket((0.1, 0.2), (1.0, 2.0), 0.1, False, "lower", 0)
-    assert catalogue.verdict("overlap-helps", [("x", d)], gate=[edge]).verdict == C.INCONCLUSIVE
+    assert catalogue.verdict("overlap-helps", [("x", d)], gate=[edge], at_tuned_steps=False).verdict == C.INCONCLUSIVE
     # a claim whose arms' steps share no scale needs no common step
     nb = {"neighbours": {"−": [("x", d)], "+": [("x", d)]}}
     assert catalogue.verdict("fig-b-ranking", [("x", d), ("y", d)],
