@@ -9,6 +9,7 @@ timing model into a :class:`~sim.schedules.schedule.Schedule`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Protocol
 
@@ -166,11 +167,33 @@ def job_keys(key, worker: int, jobs: int, steps: int | None = None):
     import jax
 
     with jax.threefry_partitionable(True):  # as the engine runs
+        return _programs()["keys"](key, np.int32(worker), jobs, steps)
+
+
+@functools.lru_cache(maxsize=None)
+def _programs() -> dict:
+    """The compiled key and index programs of :func:`job_keys` and
+    :meth:`ExampleCostTiming.drawn_indices`. Compiled, not run op by op: a figure asks for them
+    once per worker and run, and each eager call re-traces its ``vmap`` (benchmarks/RESULTS.md has
+    the cost); the bits are the same either way (integer PRNG arithmetic). Built on first use, so
+    that importing the module does not import jax."""
+    import jax
+
+    from delaylab.sim.sampling import sample_indices
+
+    @functools.partial(jax.jit, static_argnums=(2, 3))
+    def keys(key, worker, jobs, steps):
         base = jax.random.fold_in(key, worker)
         ks = jax.vmap(lambda k: jax.random.fold_in(base, k))(np.arange(jobs))
         if steps is None:
             return ks
         return jax.vmap(lambda k: jax.vmap(lambda s: jax.random.fold_in(k, s))(np.arange(steps)))(ks)
+
+    @functools.partial(jax.jit, static_argnums=(1, 2))
+    def indices(flat, count, size):
+        return jax.vmap(lambda k: sample_indices(k, count, size))(flat)
+
+    return {"keys": keys, "indices": indices}
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -252,13 +275,9 @@ class ExampleCostTiming:
         """[jobs, draws] indices into worker ``worker``'s shard that its jobs 0..jobs−1 draw."""
         import jax
 
-        from delaylab.sim.sampling import sample_indices
-
-        m = self.costs.shape[1]
         ks = job_keys(self.key, worker, jobs, self.steps)
         with jax.threefry_partitionable(True):
-            flat = ks.reshape(-1)
-            idx = jax.vmap(lambda k: sample_indices(k, self.batch_size, m))(flat)
+            idx = _programs()["indices"](ks.reshape(-1), self.batch_size, int(self.costs.shape[1]))
         return np.asarray(idx).reshape(jobs, -1)
 
     def durations(self, jobs_per_worker: int) -> np.ndarray:
