@@ -212,7 +212,7 @@ def one_run(p: Preset, model: str, split: str, method: str, step: float, seed: i
         nan = float("nan")
         out[where] = {
             "gram": gradient_gram(prob, params) if ok else np.full((N, N), nan),
-            "local_loss": np.asarray(prob.fns.local_objectives(prob.data, params), np.float64) if ok
+            "local_loss": np.asarray(prob.local_objectives(params), np.float64) if ok
             else np.full(N, nan),
             "class_accuracy": class_accuracy(prob, params, np.asarray(xe), np.asarray(ye)) if ok
             else np.full(classes, nan),

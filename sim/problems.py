@@ -84,7 +84,11 @@ class Problem:
     convolution: Optional[str] = None
 
     def objective(self, params) -> float:
-        return float(self.fns.objective(self.data, params))
+        return float(_objective(self.fns, self.data, params))
+
+    def local_objectives(self, params) -> np.ndarray:
+        """[n]: each F_i at ``params`` (one compiled program per problem's functions and shapes)."""
+        return np.asarray(_local_objectives(self.fns, self.data, params))
 
     def weighted_minimiser(self, weights) -> np.ndarray:
         """The minimiser of Σ q_i F_i: closed form for quadratics, Newton otherwise."""
@@ -120,6 +124,18 @@ class Problem:
         if self.local_derivatives is None:
             raise NotImplementedError(f"{self.name}: no local derivatives available")
         return self.local_derivatives(x)
+
+
+# Compiled with the problem's functions static: called eagerly, a network's local objectives
+# (a lax.map over the shards) would be traced and compiled again on every call.
+@functools.partial(jax.jit, static_argnums=0)
+def _objective(fns: ProblemFns, data, params):
+    return fns.objective(data, params)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _local_objectives(fns: ProblemFns, data, params):
+    return fns.local_objectives(data, params)
 
 
 @functools.partial(jax.jit, static_argnums=0)
