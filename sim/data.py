@@ -14,6 +14,7 @@ every worker holds plus disjoint parts of the rest).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import os
 from typing import Optional, Sequence
@@ -86,8 +87,21 @@ def _load_folder(folder: str, name: str) -> Dataset:
     missing = [IDX_FILES[k][0] for k, p in paths.items() if p is None]
     if missing:
         raise FileNotFoundError(f"{folder!r} lacks MNIST-format IDX file(s) {missing} (with or without .gz)")
-    arrays = {k: read_idx(p) for k, p in paths.items()}
-    return _dataset(name, folder, arrays)
+    stamp = tuple((k, p, os.stat(p).st_mtime_ns, os.stat(p).st_size) for k, p in sorted(paths.items()))
+    return _folder_dataset(folder, name, stamp)
+
+
+@functools.lru_cache(maxsize=2)
+def _folder_dataset(folder: str, name: str, stamp: tuple) -> Dataset:
+    """A folder's dataset, read once per process while its files are unchanged (``stamp``: each
+    file's path, modification time and size). Why: decompressing and scaling Fashion-MNIST takes
+    about a second, and a figure or the test suite asks for it many times. Its arrays are made
+    read-only, since every caller shares them."""
+    arrays = {k: read_idx(p) for k, p, _, _ in stamp}
+    d = _dataset(name, folder, arrays)
+    for a in (d.x_train, d.y_train, d.x_test, d.y_test):
+        a.setflags(write=False)
+    return d
 
 
 def _load_npz(path: str, name: str) -> Dataset:
