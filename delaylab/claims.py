@@ -213,6 +213,19 @@ def marginal(parts: Sequence[Part], *, seeds: int = 10) -> list:
     return out
 
 
+def thin(verdict: str, parts: Sequence[Part], *, seeds: int = 10) -> list:
+    """The :func:`marginal` comparisons a verdict rests on: for "holds", any marginal one (every
+    comparison must hold); for "does not hold", the failing ones when every failing comparison is
+    marginal (one decisive failure decides it); none for "inconclusive"."""
+    if verdict == HOLDS:
+        return marginal(parts, seeds=seeds)
+    if verdict == FAILS:
+        failing = [p for p in parts if p.verdict == FAILS]
+        near = marginal(failing, seeds=seeds)
+        return near if len(near) == len(failing) else []
+    return []
+
+
 def deciding(p: Part) -> tuple:
     """(the interval that decided ``p``'s word, its confidence level): the corrected interval for
     a comparison that does not hold, else the interval "holds" is read from."""
@@ -239,8 +252,8 @@ def step_robust(at: AtSteps, *, seeds: int = 10, common: bool = True) -> tuple[s
     """The verdict of a claim between tuned methods, with the reason when it is inconclusive:
     "holds" or "does not hold" only where the tuned steps, the common step (where the claim has
     one: ``common``) and every pair of neighbours give that same word (else it depends on the
-    step), where those settings were measured at all, and where no deciding comparison at any
-    setting is :func:`marginal`."""
+    step), where those settings were measured at all, and where no setting's word rests on
+    :func:`marginal` comparisons (:func:`thin`)."""
     verdict, _ = at.tuned
     if verdict == INCONCLUSIVE:
         return INCONCLUSIVE, ""
@@ -251,11 +264,11 @@ def step_robust(at: AtSteps, *, seeds: int = 10, common: bool = True) -> tuple[s
     words = {k: v for k, (v, _) in at.readings().items()}
     if len(set(words.values())) > 1:
         return INCONCLUSIVE, "depends on the step: " + "; ".join(f"{k}: {v}" for k, v in words.items())
-    thin = [(k, p) for k, (_, parts) in at.readings().items() for p in marginal(parts, seeds=seeds)]
-    if thin:
+    near = [(k, p) for k, (v, parts) in at.readings().items() for p in thin(v, parts, seeds=seeds)]
+    if near:
         return INCONCLUSIVE, (f"decided within two half-widths on fewer than {seeds} seeds: "
                               + "; ".join(f"{k}: {p.name} {p.corrected if p.verdict == FAILS else p.interval}"
-                                          for k, p in thin))
+                                          for k, p in near))
     return verdict, ""
 
 

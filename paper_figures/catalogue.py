@@ -48,6 +48,10 @@ class Claim:
 
 _MAHRAN = "Mahran, Maranjyan, Richtárik, Rescaled ASGD (2026)"
 _DEAHES = "DEAHES-O paper (docs/theory.md §9)"
+# The DEAHES claims between tuned methods take no common-step reading: η is tuned per optimiser
+# family, so arms of one family already share their step (the tuned reading is a common step), and
+# the SGD and AdaHessian families' steps share no scale (AdaHessian's η scales a preconditioned
+# direction); their step settings are the tuned η and each family's grid neighbours.
 _DEAHES_RECON = ("the dynamic weight map (dead zone a0, cap 0.5) and its calibration of a0 (on a tuning seed)",
                  "the oracle EAHES-OM: what it does after a loss (full reset, master side only, or a reset only where "
                  "the returning worker's parameters are stale)",
@@ -88,18 +92,18 @@ CLAIMS: dict = {c.id: c for c in (
           "models and splits"),
     Claim("adahessian-beats-sgd", f"{_DEAHES}, Figs. 4-5", "AdaHessian methods (EAHES, EAHES-O, EAHES-OM, DEAHES-O) "
           "beat the SGD methods (EASGD, EAMSGD)", C.SUPERIORITY, "the end of training", "4 × 2 pairs in every setting",
-          reconstructions=_DEAHES_RECON, tuned=True),
+          reconstructions=_DEAHES_RECON, tuned=True, common_step=False),
     Claim("overlap-helps", f"{_DEAHES}, Figs. 4-5", "overlap helps: EAHES-O below EAHES", C.SUPERIORITY,
-          "the end of training", "settings (P, τ)", reconstructions=_DEAHES_RECON, tuned=True),
+          "the end of training", "settings (P, τ)", reconstructions=_DEAHES_RECON, tuned=True, common_step=False),
     Claim("oracle-best", f"{_DEAHES}, Figs. 4-5", "the oracle EAHES-OM is the best of the six", C.SUPERIORITY,
           "the end of training", "the oracle against each other method, in every setting (a verdict per oracle reading)",
-          reconstructions=_DEAHES_RECON, tuned=True),
+          reconstructions=_DEAHES_RECON, tuned=True, common_step=False),
     Claim("deahes-beats-baselines", f"{_DEAHES}, Figs. 4-5", "DEAHES-O beats EASGD, EAMSGD, EAHES and EAHES-O",
           C.SUPERIORITY, "the end of training", "4 pairs in every setting", reconstructions=_DEAHES_RECON,
-          tuned=True),
+          tuned=True, common_step=False),
     Claim("deahes-close-to-oracle", f"{_DEAHES}, Figs. 4-5", "DEAHES-O comes close to the oracle: no worse than it "
           "by more than the margin", C.NONINFERIORITY, "the end of training", "settings (a verdict per oracle reading)",
-          margin="2% of the oracle's loss", reconstructions=_DEAHES_RECON, tuned=True),
+          margin="2% of the oracle's loss", reconstructions=_DEAHES_RECON, tuned=True, common_step=False),
     Claim("deahes-equals-eahes-o-clean", f"{_DEAHES}, §9.5 (without failures the weights stay at 1)",
           "without failures DEAHES-O equals EAHES-O", C.EQUIVALENCE, "the end of training", "the one setting",
           margin="2% of EAHES-O's loss", reconstructions=_DEAHES_RECON),
@@ -192,19 +196,30 @@ def verdict(claim_id: str, parts: Sequence[tuple], *, margin: float = 0.0,
     than ``seeds`` seeds (:func:`delaylab.claims.step_robust`); without ``steps`` it is inconclusive.
     ``exact``: each d is one deterministic number (no seeds). ``at_tuned_steps=False``: this instance
     of a claim about tuned methods compares them at one fixed step given for all (a paper's stated
-    step, untuned), so no other step setting is asked for; None: the claim's own flag."""
+    step, untuned), so no other step setting is asked for, while the ten-seed rule still holds
+    (:func:`delaylab.claims.marginal`); None: the claim's own flag."""
     c = claim(claim_id)
     level = 1.0 - 0.05 / c.family_size
     tuned = _judge(c, parts, margin, level, exact)
     word, reason, words, readings = tuned[0], "", None, {"tuned steps": tuned}
-    if c.tuned if at_tuned_steps is None else at_tuned_steps:
-        steps = steps or {}
+    if (c.tuned if at_tuned_steps is None else at_tuned_steps) and steps is None:
+        if word != C.INCONCLUSIVE:
+            word, reason = C.INCONCLUSIVE, "robustness to the step not measured (no other step setting was run)"
+    elif c.tuned if at_tuned_steps is None else at_tuned_steps:
         common = steps.get("common", {}) if c.common_step else {}  # steps of no shared scale: no common reading
         at = C.AtSteps(tuned, {k: _judge(c, p, margin, level, exact) for k, p in common.items()},
                        {k: _judge(c, p, margin, level, exact) for k, p in steps.get("neighbours", {}).items()})
         word, reason = C.step_robust(at, seeds=seeds, common=c.common_step)
         words = {k: v for k, (v, _) in at.readings().items() if k != "tuned steps"}
         readings = at.readings()
+    elif c.tuned and word != C.INCONCLUSIVE:
+        # a claim about tuned methods judged at one fixed step: no other step is asked for, but a
+        # verdict decided within two half-widths on fewer than `seeds` seeds is not read as decided
+        near = C.thin(word, tuned[1], seeds=seeds)
+        if near:
+            word, reason = C.INCONCLUSIVE, (f"decided within two half-widths on fewer than {seeds} seeds: "
+                                            + "; ".join(f"{p.name} {p.corrected if p.verdict == C.FAILS else p.interval}"
+                                                        for p in near))
     if gate:
         word, why = C.gated(word, list(gate))
         reason = "; ".join(x for x in (reason, why) if x)

@@ -53,8 +53,8 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
     differences over the reported seeds. Steps: with ``tune_seeds``, η is bracketed per optimiser
     family (:data:`delaylab.deahes.FAMILIES`) on the tuning seeds (:func:`_tune`), and every method
     then runs at its family's tuned η and again at the paper's η = 0.01; and, for the tuned verdicts'
-    robustness to the step (:func:`claims.step_settings`), at a common η for both families and at
-    each family's grid neighbours of its tuned η (a run asked for twice is computed once). DEAHES-O's a0 at each η
+    robustness to the step (:func:`step_settings`), at each family's grid neighbours of its tuned η
+    (a run asked for twice is computed once). DEAHES-O's a0 at each η
     comes from a failure-free EAHES-O run on the first tuning seed (:meth:`_Runs.a0`), so nothing
     fitted sees a reported seed. Training loss: the master's loss over ``eval_size`` training
     examples; test accuracy over the test set; both every ``log_rounds`` rounds."""
@@ -71,16 +71,17 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
     if tune_seeds:
         brackets = {f: _tune(runs, f, tune_seeds, progress) for f in FAMILIES}
         out["brackets"] = {f: stored_bracket(b) for f, b in brackets.items()}
-        out["settings"] = {label: dict(at) for label, at in claims.step_settings(brackets).items()}
+        out["settings"] = step_settings(brackets)
         sets = {"tuned": out["settings"]["tuned"], **sets}
         others = {label: at for label, at in out["settings"].items() if label != "tuned"}
     out["sets"] = list(sets)  # the η sets reported (text, verdict rows, figure); `others` feed the tuned verdicts
     for label, eta in {**sets, **others}.items():
         out["eta"][label] = dict(eta)
         for P in WORKERS:
-            a0 = runs.a0(P, eta["AdaHessian"])
+            a0 = runs.a0(P, eta["AdaHessian"]) if "AdaHessian" in eta else np.zeros(len(cfg.periods))
             out["a0"][(label, P)] = a0
-            got = {m: [runs.run(P, m, s, eta[family(m)], a0) for s in report] for m in methods_of(cfg)}
+            got = {m: [runs.run(P, m, s, eta[family(m)], a0) for s in report] for m in methods_of(cfg)
+                   if family(m) in eta}
             for m, gs in got.items():  # the seeds' sweeps side by side (axis 1 of every [τ, seeds, ...] array)
                 run = {k: np.concatenate([g[k] for g in gs], axis=1) for k in gs[0]
                        if k not in ("round", "seconds", "diverged")}
@@ -169,6 +170,20 @@ class _Runs:
                           dict(P=P, part=m, eta=float(eta), seed=seed, **extra), compute_run,
                           lambda g: f"P={P} seed {seed} η = {eta:.4g} {m}: final loss "
                           + ", ".join(f"{v:.3f}" for v in g["loss"][:, 0, -1]))
+
+
+def step_settings(brackets: dict) -> dict:
+    """The η settings the tuned verdicts are judged at (:func:`paper_figures.catalogue.verdict`):
+    "tuned" (each family at its best η) and "neighbours −" / "+" (each family one step of its
+    refined grid below / above its best; a family at that edge of its grid has none there, and a
+    claim comparing its methods is inconclusive anyway, :func:`claims.gated`). No common η: the two
+    families' steps share no scale, and within a family the tuned η is already common."""
+    out = {"tuned": {f: b.best for f, b in brackets.items()}}
+    for side, i in (("−", 0), ("+", 1)):
+        nb = {f: b.neighbours()[i] for f, b in brackets.items() if b.neighbours()[i] is not None}
+        if nb:
+            out[f"neighbours {side}"] = nb
+    return out
 
 
 def _slug(m: str) -> str:
@@ -334,7 +349,11 @@ def _conditions(data: dict, label: str) -> str:
             + (" (each resampling every source)" if resampled else " (minibatches and probes)")
             + f", {'long outages' if data.get('failures', 'iid') == 'outages' else 'i.i.d. losses 1/3'} "
             f"({data.get('semantics', 'suppressed')}), {_eta_words(data, label)}"
-            + (f"; a0 calibrated on tuning seed {CALIBRATION_SEED}" if data.get("tune_seeds", 0) else ""))
+            + (f"; a0 calibrated on tuning seed {CALIBRATION_SEED}" if data.get("tune_seeds", 0) else
+               f"; a0 calibrated on seed {CALIBRATION_SEED}, disjoint from the reported ones" if resampled else
+               "; a0 calibrated on the reported seeds' shared draws (in sample)")
+            + ("; this failure model was chosen after deahes-readings, as the one setting where the oracle's mean "
+               "led" if data.get("failures", "iid") == "outages" else ""))
 
 
 def findings(data: dict) -> str:
@@ -415,7 +434,10 @@ def _judge(data: dict, label: str, lines: list) -> list:
     methods = [m for m in _present(data, label, data["workers"][0])
                if all(m in _present(data, label, P) for P in data["workers"])]
     gate = {f: claims.Bracket.from_stored(b) for f, b in data.get("brackets", {}).items()} if label == "tuned" else {}
-    settings = {k: v for k, v in data.get("settings", {}).items() if k != "tuned"} if label == "tuned" else {}
+    # the neighbours' settings (:func:`step_settings`; a common η of an earlier layout is not a reading)
+    settings = ({k: v for k, v in data.get("settings", {}).items() if k.startswith("neighbours")}
+                if label == "tuned" else {})
+    semantics = data.get("semantics", "suppressed")
     lines += [f"At {_eta_words(data, label)}: final master training loss and test accuracy (mean ± std over seeds):",
               f"{'P':>2s} {'τ':>2s} " + " ".join(f"{m:>17s}" for m in methods)]
     for P in data["workers"]:
@@ -428,28 +450,50 @@ def _judge(data: dict, label: str, lines: list) -> list:
     seeds, loss = _tables(data, label, methods)
     at = "at tuned η" if label == "tuned" else f"at η = {LR}"
 
-    def claim(cid, text, needs, comparisons, margin=0.0, oracle=None):
+    def claim(cid, text, needs, comparisons, margin=0.0, oracle=None, reference=None):
         """comparisons(seeds, loss, P, t) -> [(name, d)]; the claim must hold in every setting: one
         verdict of the catalogue (:func:`paper_figures.catalogue.verdict`) whose parts are all
         settings' comparisons, so that "does not hold" is judged at the Bonferroni level of all of
         them (at tuned η, inconclusive where a family's step it compares sits at a grid's edge, or
         where another step setting gives another word); then each setting's comparisons that decide
-        it, and at tuned η each step setting's reading. ``oracle``: the oracle reading it compares."""
+        it, and at tuned η each step setting's reading. ``oracle``: the oracle reading it compares.
+        ``reference``: (method, other) for a non-inferiority of ``other`` to ``method``, which says
+        nothing of closeness to the best where ``method`` is itself worse than ``other``: then it
+        is inconclusive, set by the reconstruction."""
         missing = [m for m in needs if m not in methods]
         if missing:
             lines.append(f"- {text}: not judged (this run lacks {', '.join(missing)}).")
             return
+        alias = {m: same_runs(m, semantics) for m in needs if same_runs(m, semantics) in needs}
+        if alias:
+            lines.append(f"- {text}: not judged: under {semantics} failures "
+                         + ", ".join(f"{m}'s runs are {a}'s" for m, a in alias.items())
+                         + " (delaylab.deahes.same_runs), so the comparison is 0 by construction.")
+            return
         per = {(P, t): comparisons(seeds, loss, P, t) for P, t in configs}
-        steps, tuned = None, False
+        steps, tuned, unmeasured = None, False, []
         if label == "tuned":
             at_steps = {}
             for lab in settings:
                 tab = _tables(data, lab, list(needs))
-                if tab is not None:
+                if tab is None:
+                    unmeasured.append(lab)
+                else:
                     at_steps[lab] = [c for P, t in configs for c in comparisons(*tab, P, t)]
             steps, tuned = claims.split_settings({"tuned": None, **at_steps})[1], None
         v = catalogue.verdict(cid, [c for P, t in configs for c in per[P, t]], margin=margin, steps=steps, at_tuned_steps=tuned,
                               gate=[gate[f] for f in sorted({family(m) for m in needs}) if f in gate])
+        if reference is not None and v.verdict == HOLDS:
+            ref, other = reference
+            worse = [(P, t, claims.paired_interval((seeds[P, t, ref] - seeds[P, t, other]) / loss[P, t, ref]))
+                     for P, t in configs]
+            worse = [(P, t, iv) for P, t, iv in worse if iv.lo > 0]
+            if worse:
+                v = dataclasses.replace(v, verdict=claims.INCONCLUSIVE, reason="; ".join(x for x in (v.reason, (
+                    f"set by the reconstruction: {ref} is itself worse than {other} at "
+                    + ", ".join(f"P = {P}, τ = {data['periods'][t]} (({ref} − {other}) / {loss[P, t, ref]:.4f} {iv})"
+                                for P, t, iv in worse)
+                    + f", so {other} no worse than it says nothing of closeness to the best")) if x))
         it = iter(v.parts)
         got = {key: [next(it) for _ in per[key]] for key in configs}
         lines.append(f"- {text}: {v.verdict} ({_counts(v.parts)}, over {len(configs)} settings"
@@ -459,6 +503,9 @@ def _judge(data: dict, label: str, lines: list) -> list:
         for lab, (word, ps) in (v.readings or {}).items() if data.get("settings") else ():
             key = "tuned" if lab == "tuned steps" else lab.replace("common step ", "common ", 1)
             lines.append(f"    step setting {_reading(lab, word, ps)} at {_steps_text(data['settings'][key])}")
+        for lab in unmeasured:
+            lines.append(f"    step setting {lab}: not measured (a family it compares has no grid step on that side "
+                         "of its tuned η: an edge)")
         where = {id(p): key for key, ps in got.items() for p in ps}
         key, ev = _deciding(v, where)
         table.append(v.row(f"{text}, {at}", f"{_counts(v.parts)}; {ev} at P = {key[0]}, τ = {data['periods'][key[1]]}",
@@ -469,17 +516,20 @@ def _judge(data: dict, label: str, lines: list) -> list:
         return lambda S, L, P, t: [(f"{a} − {b}", S[P, t, a] - S[P, t, b]) for b in others]
 
     lines.append(f"The paper's claims at {_eta_words(data, label)}, judged by the final training loss: paired "
-                 f"differences over the {data['seeds']} seeds (a seed gives every method the same draws), mean ± "
+                 f"differences over the {data['seeds']} seeds (a seed gives every method the same initial model, "
+                 "minibatch and probe keys and failure draws, and the methods on disjoint and on overlapping shards "
+                 "that seed's split of each kind), mean ± "
                  "half-width of the 95% Student-t interval. A claim must hold in every setting, and is one verdict "
                  "over all its comparisons (paper_figures.catalogue): it holds when every comparison's 95% interval "
                  "lies on its side (of 0, or of the margin), does not hold when some comparison lies wholly on the "
                  "other side at the Bonferroni level 1 − 0.05/k over all k comparisons of the claim (the corrected "
                  "interval is shown), and is inconclusive otherwise"
                  + (" or where a step it compares sits at its grid's edge" if gate else "")
-                 + ("; at tuned η a verdict stands only where the common η and each family's grid neighbours give "
-                    "the same word, and none of them decides within two half-widths on fewer than 10 seeds"
-                    if label == "tuned" else "; at the paper's η every method runs at one fixed step, untuned, so no "
-                    "other step is asked for") + ".")
+                 + ("; at tuned η a verdict stands only where each family's grid neighbours of its tuned η give "
+                    "the same word (no common η: the two families' steps share no scale, and within a family the "
+                    "tuned η is common)" if label == "tuned" else "; at the paper's η every method runs at one fixed "
+                    "step, untuned, so no other step is asked for")
+                 + "; and none decides within two half-widths of its bound on fewer than 10 seeds.")
     claim("adahessian-beats-sgd", "AdaHessian methods beat the SGD methods (each of EAHES, EAHES-O, EAHES-OM (full "
           "reset), DEAHES-O below both EASGD and EAMSGD)", HESSIAN + ("EASGD", "EAMSGD"),
           lambda S, L, P, t: [c for h in HESSIAN for c in below_each(h, ("EASGD", "EAMSGD"))(S, L, P, t)],
@@ -500,7 +550,7 @@ def _judge(data: dict, label: str, lines: list) -> list:
               "loss in each setting)", ("DEAHES-O", om),
               lambda S, L, P, t, om=om: [(f"(DEAHES-O − {om}) / {L[P, t, om]:.4f}",
                                           (S[P, t, "DEAHES-O"] - S[P, t, om]) / L[P, t, om])],
-              margin=EQUAL_MARGIN, oracle=r)
+              margin=EQUAL_MARGIN, oracle=r, reference=(om, "DEAHES-O"))
     if "DEAHES-O" in methods and "EAHES-O" in methods:
         same = [(P, data["periods"][t], int(np.sum(np.all(R[(P, "DEAHES-O")]["loss"][t] == R[(P, "EAHES-O")]["loss"][t],
                                                            axis=-1))))
@@ -526,7 +576,7 @@ def _judge(data: dict, label: str, lines: list) -> list:
         for P in data["workers"]:
             for t, tau in enumerate(data["periods"]):
                 aucs = ", ".join(f"{np.nanmean(R[(P, m)]['auc'][t]):.3f} on {m}" for m in scored)
-                after = (f" ({int(R[(P, 'DEAHES-O')]['positives'][t].sum())} exchanges after a failure)"
+                after = (f" ({float(np.mean(R[(P, 'DEAHES-O')]['positives'][t])):.1f} exchanges after a failure per run)"
                          if "DEAHES-O" in scored else "")
                 lines.append(f"  P = {P}, τ = {tau}: a0 = {data['a0'][(label, P)][t]:.3g}; AUC {aucs}{after}")
     return table
