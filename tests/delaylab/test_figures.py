@@ -400,12 +400,19 @@ def _r5_synthetic(logf: dict, interior=True, others=None) -> dict:
     return data
 
 
-def test_r5_ranking_verdict_at_the_horizon_is_paired_step_robust_and_gated():
+def test_r5_ranking_verdict_at_the_horizon_is_paired_step_robust_and_gated(monkeypatch):
     """Fig. B's ranking through the catalogue (fig-b-ranking, an ordering): paired over seeds,
     holds only where the tuned steps and their grid neighbours agree (a common step is no reading:
     the methods' steps share no scale), inconclusive where one disagrees, where the data hold no
-    other step setting, or where a tuned step is at an edge; a diverged seed is named."""
+    other step setting, where a tuned step is at an edge, or where the run ends before the paper's
+    horizon; a diverged seed is named."""
     from delaylab.paper_figures import r5_mnist
+
+    h = float(_r5_synthetic({k: np.zeros(10) for k in r5_mnist.RANKING})["config"]["horizon"])
+    short = r5_mnist.ranking_verdict(_r5_synthetic({"Rescaled ASGD": np.zeros(10), "Ringleader ASGD": np.ones(10),
+                                                    "Malenia SGD": np.full(10, 2.0)}))
+    assert short.verdict == "inconclusive" and "a check of the pipeline" in short.reason
+    monkeypatch.setattr(r5_mnist, "PAPER_HORIZON", h)  # the synthetic runs end at the paper's horizon
 
     rng = np.random.default_rng(0)
     seed_effect = rng.normal(0.0, 1.0, 10)  # shared by the methods on a seed: the pairing removes it
@@ -462,6 +469,7 @@ def test_r5_compute_runs_every_step_setting_once_and_judges_at_the_horizon(tmp_p
 
     monkeypatch.setattr(r5_mnist, "_methods", lambda n, taus: {k: k for k in r5_mnist.RANKING})
     monkeypatch.setattr(r5_mnist, "_run", fake_run)
+    monkeypatch.setattr(r5_mnist, "PAPER_HORIZON", 20.0)  # judged as at the paper's horizon
     tiny = r5_mnist.Preset("tiny", horizon=20.0, tune_seeds=3, report_seeds=10, train_size=600, log_points=4,
                            test_size=200)
     parts = paper_figures._figure.Parts(str(tmp_path / "parts"), code="c", conv=None, label="r5", quiet=True)

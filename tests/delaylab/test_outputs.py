@@ -64,3 +64,17 @@ def test_findings_doc_states_only_numbers_the_figures_state():
             stated |= _numbers(fh.read())
     missing = sorted(_numbers(head + tail) - stated)
     assert not missing, f"docs/findings.md states numbers no figure text states: {missing}"
+
+
+def test_readme_figure_list_states_no_result():
+    """The README's figure list asks each figure's question and states no answer (no verdict word,
+    no measured number): its answers live in docs/findings.md's generated table, where a rerun
+    rewrites them."""
+    with open(os.path.join(ROOT, "README.md")) as fh:
+        readme = fh.read()
+    figures = readme.split("## Figures", 1)[1].split("\n## ", 1)[0]
+    for word in ("holds", "does not hold", "inconclusive", "not found", "no effect"):
+        assert word not in figures.lower(), f"the README's figure list states a result: {word!r}"
+    with open(os.path.join(ROOT, "paper_figures", "catalogue.py")) as fh:
+        settings = _numbers(fh.read())  # a set-up's parameters (Dirichlet 0.1), as the catalogue names them
+    assert not _numbers(figures) - settings, f"the README's figure list states numbers: {sorted(_numbers(figures))}"
