@@ -17,23 +17,6 @@ SUITE_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitt
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + SUITE_XLA_FLAGS).strip()
 
-# One on-disk XLA compilation cache for the whole run, shared by the pytest-xdist workers and every
-# process the suite starts (the CLI's runs, figures killed and resumed, Ray's workers, the notebooks'
-# kernel): those processes compile the programs another already compiled. Made by the first
-# process that loads this file (the xdist controller; its workers and subprocesses inherit the
-# environment), removed when it exits, so every run of the suite starts cold, as CI does. JAX
-# keys each entry by the program, the XLA flags and the backend, so a hit is the executable that
-# process would have compiled: the same bits.
-if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-    import atexit
-    import shutil
-    import tempfile
-
-    _CACHE = tempfile.mkdtemp(prefix="delaylab-suite-xla-")
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
-    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # the suite's programs compile in well under 1 s
-    atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
-
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
