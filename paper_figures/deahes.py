@@ -555,9 +555,10 @@ def _judge(data: dict, label: str, lines: list) -> list:
         same = [(P, data["periods"][t], int(np.sum(np.all(R[(P, "DEAHES-O")]["loss"][t] == R[(P, "EAHES-O")]["loss"][t],
                                                            axis=-1))))
                 for P, t in configs]
-        lines.append("Did DEAHES-O's rule fire? It runs EAHES-O's arithmetic on the same draws, so where its weights "
-                     "never left (α, α) its loss curve equals EAHES-O's bit for bit (a different curve means it fired, "
-                     "or that the two programs rounded differently). Runs (of "
+        lines.append("Did DEAHES-O's rule stay idle? It runs EAHES-O's arithmetic on the same draws, so where its "
+                     "weights never left (α, α) its loss curve can equal EAHES-O's bit for bit: an identical curve "
+                     "shows the rule idle, while a different one shows only that it fired or that the two programs "
+                     "rounded differently (this check cannot tell those apart). Runs (of "
                      f"{data['seeds']} seeds) with identical curves: "
                      + ", ".join(f"P = {P}, τ = {tau}: {k}" for P, tau, k in same) + ".")
     if "DEAHES-O" in methods:
