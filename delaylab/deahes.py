@@ -238,6 +238,20 @@ def stored_bracket(b: claims.Bracket) -> dict:
             "extended": b.extended}
 
 
+def step_settings(brackets: dict) -> dict:
+    """The η settings the tuned verdicts are judged at (``paper_figures.catalogue.verdict``):
+    "tuned" (each family at its best η) and "neighbours −" / "+" (each family one step of its
+    refined grid below / above its best; a family at that edge of its grid has none there, and a
+    claim comparing its methods is inconclusive anyway, :func:`claims.gated`). No common η: the two
+    families' steps share no scale, and within a family the tuned η is already common."""
+    out = {"tuned": {f: b.best for f, b in brackets.items()}}
+    for side, i in (("−", 0), ("+", 1)):
+        nb = {f: b.neighbours()[i] for f, b in brackets.items() if b.neighbours()[i] is not None}
+        if nb:
+            out[f"neighbours {side}"] = nb
+    return out
+
+
 def resolution(b: dict) -> str:
     """How well the tuning told the steps apart: the best step's score against the second best's."""
     (i, j) = sorted(range(len(b["steps"])), key=lambda k: (b["scores"][k], b["steps"][k]))[:2]

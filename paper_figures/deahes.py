@@ -29,7 +29,7 @@ from delaylab.algos import metrics
 from delaylab.claims import FAILS, HOLDS
 from delaylab.deahes import (CALIBRATION_SEED, FAILURE_P, FAMILIES, HESSIAN, KAPPA, LR, METHODS, PRESETS, WORKERS,
                              Preset, algorithms, dataset, family, oracle_name, problems, resolution, same_runs,
-                             schedules_for, stored_bracket, sweep, sweep_hparams, trend_spread, tune)
+                             schedules_for, step_settings, stored_bracket, sweep, sweep_hparams, trend_spread, tune)
 from delaylab.paper_figures import catalogue
 from delaylab.paper_figures._figure import Figure, Parts
 from delaylab.paper_figures._output import save_figure
@@ -53,7 +53,7 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
     differences over the reported seeds. Steps: with ``tune_seeds``, η is bracketed per optimiser
     family (:data:`delaylab.deahes.FAMILIES`) on the tuning seeds (:func:`_tune`), and every method
     then runs at its family's tuned η and again at the paper's η = 0.01; and, for the tuned verdicts'
-    robustness to the step (:func:`step_settings`), at each family's grid neighbours of its tuned η
+    robustness to the step (:func:`delaylab.deahes.step_settings`), at each family's grid neighbours of its tuned η
     (a run asked for twice is computed once). DEAHES-O's a0 at each η
     comes from a failure-free EAHES-O run on the first tuning seed (:meth:`_Runs.a0`), so nothing
     fitted sees a reported seed. Training loss: the master's loss over ``eval_size`` training
@@ -170,20 +170,6 @@ class _Runs:
                           dict(P=P, part=m, eta=float(eta), seed=seed, **extra), compute_run,
                           lambda g: f"P={P} seed {seed} η = {eta:.4g} {m}: final loss "
                           + ", ".join(f"{v:.3f}" for v in g["loss"][:, 0, -1]))
-
-
-def step_settings(brackets: dict) -> dict:
-    """The η settings the tuned verdicts are judged at (:func:`paper_figures.catalogue.verdict`):
-    "tuned" (each family at its best η) and "neighbours −" / "+" (each family one step of its
-    refined grid below / above its best; a family at that edge of its grid has none there, and a
-    claim comparing its methods is inconclusive anyway, :func:`claims.gated`). No common η: the two
-    families' steps share no scale, and within a family the tuned η is already common."""
-    out = {"tuned": {f: b.best for f, b in brackets.items()}}
-    for side, i in (("−", 0), ("+", 1)):
-        nb = {f: b.neighbours()[i] for f, b in brackets.items() if b.neighbours()[i] is not None}
-        if nb:
-            out[f"neighbours {side}"] = nb
-    return out
 
 
 def _slug(m: str) -> str:
@@ -434,7 +420,7 @@ def _judge(data: dict, label: str, lines: list) -> list:
     methods = [m for m in _present(data, label, data["workers"][0])
                if all(m in _present(data, label, P) for P in data["workers"])]
     gate = {f: claims.Bracket.from_stored(b) for f, b in data.get("brackets", {}).items()} if label == "tuned" else {}
-    # the neighbours' settings (:func:`step_settings`; a common η of an earlier layout is not a reading)
+    # the neighbours' settings (delaylab.deahes.step_settings; a common η of an earlier layout is no reading)
     settings = ({k: v for k, v in data.get("settings", {}).items() if k.startswith("neighbours")}
                 if label == "tuned" else {})
     semantics = data.get("semantics", "suppressed")

@@ -96,9 +96,11 @@ def test_readings_verdicts_follow_the_paired_differences():
 
 
 def test_readings_close_to_the_oracle_is_non_inferiority():
-    """DEAHES-O 0.2 below the oracle in every setting: "close to the oracle" (no worse by more
-    than 2% of its loss) holds, where an equivalence test (|difference| within 2%) would fail; the
-    oracle is then not the best."""
+    """DEAHES-O 0.2 below the oracle in every setting: each "close to the oracle" comparison (no
+    worse by more than 2% of its loss) holds, where an equivalence test (|difference| within 2%)
+    would fail, but the verdict is inconclusive, set by the reconstruction: non-inferiority to a
+    reference that is itself worse says nothing of closeness to the best; the oracle is then not
+    the best."""
     from delaylab.paper_figures import deahes_readings as R
 
     data = _synthetic_readings_data(oracle_loss=0.5)
@@ -107,8 +109,11 @@ def test_readings_close_to_the_oracle_is_non_inferiority():
             if m == "DEAHES-O":
                 s["loss"][(sem, fm, m)] = v - 0.204
     got = R.claims(data, R.DEFAULT_READING, "full reset")
-    assert got["deahes-close-to-oracle"].verdict == V.HOLDS
-    assert all(p.interval.mean == pytest.approx(-0.2 / 0.5, abs=0.01) for p in got["deahes-close-to-oracle"].parts)
+    # every comparison holds; the verdict is set by the reconstruction, the oracle being the worse
+    close = got["deahes-close-to-oracle"]
+    assert [p.verdict for p in close.parts] == [V.HOLDS] * 4
+    assert close.verdict == V.INCONCLUSIVE and "set by the reconstruction" in close.reason
+    assert all(p.interval.mean == pytest.approx(-0.2 / 0.5, abs=0.01) for p in close.parts)
     assert V.equal(-0.4 + np.array([0.001, -0.001, 0.0]), 0.02)[0] == V.FAILS  # the equivalence reading's word
     assert got["oracle-best"].verdict == V.FAILS
 

@@ -113,6 +113,12 @@ def test_readings_tune_on_tuning_seeds_and_calibrate_a0_there(monkeypatch):
     assert ah["best"] == pytest.approx(np.sqrt(0.03 * 0.1)) and ah["interior"] and ah["extended"] == 1
     assert data["sets"] == ["tuned", "paper"]
     tuned = {"SGD": sgd["best"], "AdaHessian": ah["best"]}
+    # the tuned verdicts' other step settings: each family one step of its refined grid below, and above
+    below, above = ({f: deahes.claims.Bracket.from_stored(b).neighbours()[i] for f, b in data["brackets"].items()}
+                    for i in (0, 1))
+    assert data["settings"] == {"tuned": tuned, "neighbours −": below, "neighbours +": above}
+    assert below == {"SGD": pytest.approx(np.sqrt(0.03 * 0.1)), "AdaHessian": pytest.approx(0.03)}
     assert seen["report"] == [(s, tuned, pytest.approx(1000 * ah["best"])) for s in range(3)] + [
-        (s, {"SGD": 0.01, "AdaHessian": 0.01}, pytest.approx(10.0)) for s in range(3)]
+        (s, {"SGD": 0.01, "AdaHessian": 0.01}, pytest.approx(10.0)) for s in range(3)] + [
+        (s, at, pytest.approx(1000 * at["AdaHessian"])) for at in (below, above) for s in range(3)]
     assert data["by_set"]["paper"]["calibration"]["a0"] == pytest.approx(10.0)
