@@ -486,7 +486,7 @@ def _judge(data: dict, label: str, lines: list) -> list:
                      + (f"; {v.reason}" if v.reason else "") + ").")
         for (P, t), ps in got.items():
             lines.append(f"    P = {P}, τ = {data['periods'][t]}: " + _shown(ps))
-        for lab, (word, ps) in (v.readings or {}).items() if data.get("settings") else ():
+        for lab, (word, ps) in (v.readings or {}).items() if label == "tuned" and data.get("settings") else ():
             key = "tuned" if lab == "tuned steps" else lab.replace("common step ", "common ", 1)
             lines.append(f"    step setting {_reading(lab, word, ps)} at {_steps_text(data['settings'][key])}")
         for lab in unmeasured:
