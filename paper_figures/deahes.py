@@ -393,7 +393,8 @@ def _tables(data: dict, label: str, methods: list) -> tuple:
 
 
 def _steps_text(at: dict) -> str:
-    return ", ".join(f"{f} η = {at[f]:.4g}" for f in FAMILIES)
+    """A step setting's η per family (a family at that edge of its grid has none there)."""
+    return ", ".join(f"{f} η = {at[f]:.4g}" if f in at else f"{f}: none (its grid's edge)" for f in FAMILIES)
 
 
 def _reading(label: str, word: str, parts: list) -> str:

@@ -70,7 +70,8 @@ def table(rs: list) -> str:
                 + f", over {_cell(c.family)}"
                 + (f" (family of {c.family_size}: each holds at level 1 − 0.05/{c.family_size})" if c.family_size > 1 else "")
                 + ((". Between tuned methods: the verdict must agree at the tuned steps, "
-                    + ("a common step " if c.common_step else "") + "and the tuned steps' grid neighbours")
+                    + ("a common step and the tuned steps' grid neighbours" if c.common_step else
+                       "and their grid neighbours (no common step: the arms' steps share no scale)"))
                    if c.tuned else "") + ".")
         if c.reconstructions:
             head += " Reconstructed: " + "; ".join(_cell(x) for x in c.reconstructions) + "."

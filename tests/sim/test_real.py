@@ -49,10 +49,11 @@ def _logistic_run(tmp_path):
     return res, sched, rep
 
 
-def test_a_real_run_replays_exactly_and_its_trace_reads_as_durations(tmp_path):
-    """One test for the run, not a module-scoped fixture shared by several: pytest-xdist would run
-    such a fixture once per worker that the tests are spread over (measured: the 8-device child of
-    tests/sim/test_sharded.py ran twice)."""
+def test_real_runs_replay_exactly_end_when_every_worker_dies_and_draw_the_wallclock_figure(tmp_path):
+    """One test for everything that starts Ray, not a module-scoped fixture or several tests:
+    pytest-xdist spreads a module's tests over its workers and runs such a fixture once per worker,
+    so each would start Ray and its worker processes again (measured: three tests on two workers
+    took 67 s of the suite, one after another in one process 22 s)."""
     res, sched, rep = _logistic_run(tmp_path)
     assert [w for w, _ in res.dead] == [2]  # reported
     assert res.num_events == 200  # the others carried on
@@ -76,22 +77,18 @@ def test_a_real_run_replays_exactly_and_its_trace_reads_as_durations(tmp_path):
     assert [len(d) for d in timing.table] == np.bincount(res.trace["worker"], minlength=4).tolist()
     assert np.allclose(timing.table[3], res.trace["duration"][res.trace["worker"] == 3])
 
-
-def test_run_ends_cleanly_when_every_worker_dies(tmp_path):
+    # on the same Ray instance (a test of its own would start Ray again on another xdist worker): a
+    # run ends cleanly when every worker dies, with what it had: jobs 0-2 of worker 0, 0-3 of worker 1
     problem = sim.problems.random_quadratic(2, 3, seed=1, dtype=np.float32)
     res = real.run(algos.asgd(stepsize=0.05), problem, num_events=100, key=jax.random.key(0),
                    slowdown=real.Slowdown(deaths=((0, 3), (1, 4))))
     assert sorted(w for w, _ in res.dead) == [0, 1]
-    assert res.num_events == 7  # what it had: jobs 0-2 of worker 0, 0-3 of worker 1
+    assert res.num_events == 7
     _, rep = _replay(algos.asgd(stepsize=0.05), problem, res, tmp_path)
     assert _rel(rep.params, res.params) <= 1e-6
 
-
-def test_wallclock_figure_puts_the_replay_on_the_real_curve(tmp_path):
-    """`delaylab figure wallclock --quick`: a real run, its replay and the fitted fixed-computation
-    model, in seconds; the replay ends at the real run's model."""
-    import csv
-
+    # `delaylab figure wallclock --quick`, on the same Ray instance: a real run, its replay and the
+    # fitted fixed-computation model, in seconds; the replay ends at the real run's model
     from delaylab import cli
 
     out = tmp_path / "wc"
