@@ -197,15 +197,16 @@ def verdict(claim_id: str, parts: Sequence[tuple], *, margin: float = 0.0,
     ``exact``: each d is one deterministic number (no seeds). ``at_tuned_steps=False``: this instance
     of a claim about tuned methods compares them at one fixed step given for all (a paper's stated
     step, untuned), so no other step setting is asked for, while the ten-seed rule still holds
-    (:func:`delaylab.claims.marginal`); None: the claim's own flag."""
+    (:func:`delaylab.claims.thin`); None: the claim's own flag."""
     c = claim(claim_id)
     level = 1.0 - 0.05 / c.family_size
     tuned = _judge(c, parts, margin, level, exact)
     word, reason, words, readings = tuned[0], "", None, {"tuned steps": tuned}
-    if (c.tuned if at_tuned_steps is None else at_tuned_steps) and steps is None:
+    asks_steps = c.tuned if at_tuned_steps is None else at_tuned_steps
+    if asks_steps and steps is None:
         if word != C.INCONCLUSIVE:
             word, reason = C.INCONCLUSIVE, "robustness to the step not measured (no other step setting was run)"
-    elif c.tuned if at_tuned_steps is None else at_tuned_steps:
+    elif asks_steps:
         common = steps.get("common", {}) if c.common_step else {}  # steps of no shared scale: no common reading
         at = C.AtSteps(tuned, {k: _judge(c, p, margin, level, exact) for k, p in common.items()},
                        {k: _judge(c, p, margin, level, exact) for k, p in steps.get("neighbours", {}).items()})
