@@ -413,9 +413,9 @@ def _reading(label: str, word: str, parts: list) -> str:
 
 def _judge(data: dict, label: str, lines: list) -> list:
     """The claims at η set ``label``: its text appended to ``lines``; returns its verdict rows. At
-    the tuned set, each claim is also judged at the other step settings the data hold
-    (``data["settings"]``: a common η for both families, each family's grid neighbours), and its
-    verdict is the tuned one only where all agree (:func:`paper_figures.catalogue.verdict`)."""
+    the tuned set, each claim is also judged at each family's grid neighbours the data hold
+    (``data["settings"]``, :func:`delaylab.deahes.step_settings`), and its verdict is the tuned one
+    only where all agree (:func:`paper_figures.catalogue.verdict`)."""
     R = _runs(data, label)
     table: list = []
     methods = [m for m in _present(data, label, data["workers"][0])
@@ -488,7 +488,7 @@ def _judge(data: dict, label: str, lines: list) -> list:
         for (P, t), ps in got.items():
             lines.append(f"    P = {P}, τ = {data['periods'][t]}: " + _shown(ps))
         for lab, (word, ps) in (v.readings or {}).items() if label == "tuned" and data.get("settings") else ():
-            key = "tuned" if lab == "tuned steps" else lab.replace("common step ", "common ", 1)
+            key = "tuned" if lab == "tuned steps" else lab
             lines.append(f"    step setting {_reading(lab, word, ps)} at {_steps_text(data['settings'][key])}")
         for lab in unmeasured:
             lines.append(f"    step setting {lab}: not measured (a family it compares has no grid step on that side "
