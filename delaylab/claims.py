@@ -226,6 +226,14 @@ def thin(verdict: str, parts: Sequence[Part], *, seeds: int = 10) -> list:
     return []
 
 
+def thin_reason(near: Sequence[tuple], seeds: int) -> str:
+    """Why a verdict resting on :func:`thin` comparisons is inconclusive: ``near`` holds (setting
+    label, or "" for the only setting, comparison) pairs."""
+    return (f"decided within two half-widths on fewer than {seeds} seeds: "
+            + "; ".join(f"{k + ': ' if k else ''}{p.name} {p.corrected if p.verdict == FAILS else p.interval}"
+                        for k, p in near))
+
+
 def deciding(p: Part) -> tuple:
     """(the interval that decided ``p``'s word, its confidence level): the corrected interval for
     a comparison that does not hold, else the interval "holds" is read from."""
@@ -266,9 +274,7 @@ def step_robust(at: AtSteps, *, seeds: int = 10, common: bool = True) -> tuple[s
         return INCONCLUSIVE, "depends on the step: " + "; ".join(f"{k}: {v}" for k, v in words.items())
     near = [(k, p) for k, (v, parts) in at.readings().items() for p in thin(v, parts, seeds=seeds)]
     if near:
-        return INCONCLUSIVE, (f"decided within two half-widths on fewer than {seeds} seeds: "
-                              + "; ".join(f"{k}: {p.name} {p.corrected if p.verdict == FAILS else p.interval}"
-                                          for k, p in near))
+        return INCONCLUSIVE, thin_reason(near, seeds)
     return verdict, ""
 
 

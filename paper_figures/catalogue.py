@@ -218,13 +218,25 @@ def verdict(claim_id: str, parts: Sequence[tuple], *, margin: float = 0.0,
         # verdict decided within two half-widths on fewer than `seeds` seeds is not read as decided
         near = C.thin(word, tuned[1], seeds=seeds)
         if near:
-            word, reason = C.INCONCLUSIVE, (f"decided within two half-widths on fewer than {seeds} seeds: "
-                                            + "; ".join(f"{p.name} {p.corrected if p.verdict == C.FAILS else p.interval}"
-                                                        for p in near))
+            word, reason = C.INCONCLUSIVE, C.thin_reason([("", p) for p in near], seeds)
     if gate:
         word, why = C.gated(word, list(gate))
         reason = "; ".join(x for x in (reason, why) if x)
     return Verdict(c, word, tuned[1], reason, words, readings)
+
+
+def unless_reference_worse(v: Verdict, behind: Sequence[tuple], ref: str, other: str) -> Verdict:
+    """A non-inferiority of ``other`` to ``ref`` that holds says nothing of closeness to the best
+    where ``ref`` is itself worse than ``other``: ``behind`` gives, per setting, (where, d) with d
+    the paired (ref − other) over seeds relative to ref's loss; where some 95% interval lies above
+    0 a holding ``v`` becomes inconclusive, set by the reconstruction (the settings named)."""
+    worse = [(where, iv) for where, d in behind for iv in (C.paired_interval(d),) if iv.lo > 0]
+    if v.verdict != C.HOLDS or not worse:
+        return v
+    why = (f"set by the reconstruction: {ref} is itself worse than {other} at "
+           + ", ".join(f"{where} (({ref} − {other}) relative to its loss {iv})" for where, iv in worse)
+           + f", so {other} no worse than it says nothing of closeness to the best")
+    return dataclasses.replace(v, verdict=C.INCONCLUSIVE, reason="; ".join(x for x in (v.reason, why) if x))
 
 
 def _judge(c: Claim, parts, margin: float, level: float, exact: bool):

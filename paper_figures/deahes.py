@@ -470,17 +470,11 @@ def _judge(data: dict, label: str, lines: list) -> list:
             steps, tuned = claims.split_settings({"tuned": None, **at_steps})[1], None
         v = catalogue.verdict(cid, [c for P, t in configs for c in per[P, t]], margin=margin, steps=steps, at_tuned_steps=tuned,
                               gate=[gate[f] for f in sorted({family(m) for m in needs}) if f in gate])
-        if reference is not None and v.verdict == HOLDS:
+        if reference is not None:
             ref, other = reference
-            worse = [(P, t, claims.paired_interval((seeds[P, t, ref] - seeds[P, t, other]) / loss[P, t, ref]))
-                     for P, t in configs]
-            worse = [(P, t, iv) for P, t, iv in worse if iv.lo > 0]
-            if worse:
-                v = dataclasses.replace(v, verdict=claims.INCONCLUSIVE, reason="; ".join(x for x in (v.reason, (
-                    f"set by the reconstruction: {ref} is itself worse than {other} at "
-                    + ", ".join(f"P = {P}, τ = {data['periods'][t]} (({ref} − {other}) / {loss[P, t, ref]:.4f} {iv})"
-                                for P, t, iv in worse)
-                    + f", so {other} no worse than it says nothing of closeness to the best")) if x))
+            v = catalogue.unless_reference_worse(
+                v, [(f"P = {P}, τ = {data['periods'][t]}", (seeds[P, t, ref] - seeds[P, t, other]) / loss[P, t, ref])
+                    for P, t in configs], ref, other)
         it = iter(v.parts)
         got = {key: [next(it) for _ in per[key]] for key in configs}
         lines.append(f"- {text}: {v.verdict} ({_counts(v.parts)}, over {len(configs)} settings"

@@ -387,14 +387,8 @@ def claims(data, reading, oracle) -> dict:
     out = {"oracle-best": verdict("oracle-best"),
            "deahes-close-to-oracle": verdict("deahes-close-to-oracle", EQUAL_MARGIN),
            "deahes-beats-baselines": verdict("deahes-beats-baselines")}
-    close = out["deahes-close-to-oracle"]
-    behind = [(name, claims_lib.paired_interval(d)) for name, d in got["oracle-behind"]]
-    behind = [(name, iv) for name, iv in behind if iv.lo > 0]
-    if close.verdict == HOLDS and behind:
-        out["deahes-close-to-oracle"] = dataclasses.replace(close, verdict=claims_lib.INCONCLUSIVE, reason="; ".join(
-            x for x in (close.reason, "set by the reconstruction: the oracle is itself worse than DEAHES-O in "
-                        + ", ".join(f"{name} ((EAHES-OM − DEAHES-O) relative {iv})" for name, iv in behind)
-                        + ", so DEAHES-O no worse than it says nothing of closeness to the best") if x))
+    out["deahes-close-to-oracle"] = catalogue.unless_reference_worse(out["deahes-close-to-oracle"],
+                                                                     got["oracle-behind"], "EAHES-OM", "DEAHES-O")
     return out
 
 

@@ -474,6 +474,7 @@ def verdicts(data: dict) -> list:
     h = float(cfg["horizon"])
     v = ranking_verdict(data)
     ev = "F ratios at the tuned steps (geometric means over seeds): " + v.evidence(".3g", scale=math.exp)
+    changed = protocol_changes(data)
     return [v.row(f"Fig. B's ranking at the end of the horizon (t = {h:g}): Rescaled below Ringleader below Malenia "
                   f"in training loss (Malenia SGD's \"{reading(data)}\" reading)",
                   ev if v.parts else "no comparison",
@@ -481,8 +482,7 @@ def verdicts(data: dict) -> list:
                   f"{'fixed' if cfg['timing'] == 'fixed' else 'random'} times, steps bracketed on "
                   f"{len(data['tune_seeds'])} tuning seeds, {len(data['report_seeds'])} reported seeds (each "
                   f"resampling {', '.join(SOURCES)}); intervals conditional on the tuned steps"
-                  + ("; computed under an earlier protocol of the preset: " + ", ".join(protocol_changes(data))
-                     if protocol_changes(data) else ""))]
+                  + ("; computed under an earlier protocol of the preset: " + ", ".join(changed) if changed else ""))]
 
 
 def plot(data: dict, path: str) -> None:
