@@ -4,7 +4,8 @@
 gives, else from the usual places, in order: ``$DELAYLAB_DATA``, ``/usr/share/datasets/mnist``,
 ``~/.keras/datasets/mnist.npz``, ``/usr/share/datasets/fashion-mnist`` (Debian's
 ``dataset-fashion-mnist`` package); and falls back to scikit-learn's bundled 8×8 handwritten
-digits, which need no download. The returned :class:`Dataset` says which one it is.
+digits, which need no download. ``DELAYLAB_DATA=digits`` asks for those digits whatever else is
+installed. The returned :class:`Dataset` says which one it is.
 
 Splits across workers (all equal-size): iid, by label (sorted, contiguous shards), and
 Dirichlet(α) label proportions per worker, all disjoint; and overlapping (a shared subset that
@@ -28,6 +29,7 @@ IDX_FILES = {
     "y_test": ("t10k-labels-idx1-ubyte", "t10k-labels.idx1-ubyte"),
 }
 NPZ_KEYS = ("x_train", "y_train", "x_test", "y_test")
+DIGITS = "digits"  # the value of $DELAYLAB_DATA that asks for the bundled digits
 _IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4"),
               0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
 
@@ -126,9 +128,10 @@ def _dataset(name: str, source: str, a: dict) -> Dataset:
 
 
 def default_locations() -> list[tuple[str, str]]:
-    """(name, path) pairs searched in order when no path is given."""
+    """(name, path) pairs searched in order when no path is given (``$DELAYLAB_DATA`` first,
+    unless it is ``digits``: :func:`load_mnist_format` then reads the bundled digits)."""
     out = []
-    if os.environ.get("DELAYLAB_DATA"):
+    if os.environ.get("DELAYLAB_DATA") and os.environ["DELAYLAB_DATA"] != DIGITS:
         out.append(("user data", os.environ["DELAYLAB_DATA"]))
     out += [("mnist", "/usr/share/datasets/mnist"),
             ("mnist", os.path.expanduser("~/.keras/datasets/mnist.npz")),
@@ -152,7 +155,8 @@ def digits() -> Dataset:
 def load_mnist_format(path: Optional[str] = None, *, fallback: bool = True,
                       locations: Optional[list[tuple[str, str]]] = None) -> Dataset:
     """MNIST-format data from ``path`` (a folder of IDX files or an ``.npz``), else the first of
-    ``default_locations()`` that exists, else (with ``fallback``) scikit-learn's digits."""
+    ``default_locations()`` that exists, else (with ``fallback``) scikit-learn's digits; with
+    ``$DELAYLAB_DATA`` set to ``digits`` (and no ``path`` or ``locations``), the digits."""
     if path is not None:
         path = os.fspath(path)
         if not os.path.exists(path):
@@ -160,6 +164,8 @@ def load_mnist_format(path: Optional[str] = None, *, fallback: bool = True,
                                     "(train-images-idx3-ubyte[.gz], …) or an .npz with x_train, y_train, x_test, y_test")
         name = os.path.basename(path.rstrip("/")) or path
         return _load_npz(path, name) if path.endswith(".npz") else _load_folder(path, name)
+    if locations is None and os.environ.get("DELAYLAB_DATA") == DIGITS:
+        return digits()
     for name, p in (default_locations() if locations is None else locations):
         if os.path.exists(p):
             return _load_npz(p, name) if p.endswith(".npz") else _load_folder(p, name)

@@ -540,8 +540,8 @@ def test_deahes_part_equals_a_direct_sweep_and_redraws(tmp_path, monkeypatch):
     from delaylab.sim import schedules
     from delaylab.sim.models import cnn_classifier
 
-    tiny = dataclasses.replace(setup.PRESETS["quick"], name="tiny", rounds=3, seeds=2, train_size=192, eval_size=96,
-                               test_size=96, periods=(1, 2), tune_seeds=2, tune_workers=(2,), refine=0, max_extend=0,
+    tiny = dataclasses.replace(setup.PRESETS["quick"], name="tiny", rounds=3, seeds=2, train_size=192, eval_size=32,
+                               test_size=32, periods=(1, 2), tune_seeds=2, tune_workers=(2,), refine=0, max_extend=0,
                                oracles=("reset where stale",))
     monkeypatch.setitem(deahes.PRESETS, "tiny", tiny)
     monkeypatch.setattr(deahes, "WORKERS", (2,))
@@ -553,6 +553,8 @@ def test_deahes_part_equals_a_direct_sweep_and_redraws(tmp_path, monkeypatch):
     monkeypatch.setattr(deahes, "FAMILIES", {"SGD": ("EAMSGD",), "AdaHessian": ("EAHES-O",)})
     monkeypatch.setattr(setup, "GRIDS", {"SGD": (0.03, 0.1, 0.3), "AdaHessian": (0.01, 0.03, 0.1)})
     monkeypatch.setattr(deahes, "algorithms", lambda **kw: {k: v for k, v in setup.algorithms(**kw).items() if k in keep})
+    # minibatches of 8 (the preset's 64 costs the CNN eight times the work; nothing here reads the size)
+    monkeypatch.setattr(setup, "BATCH", 8)
     out = tmp_path / "out"
     assert cli.main(["figure", "deahes", "--preset", "tiny", "--out", str(out)]) == 0
     data = deahes.load_data(str(out / "deahes.npz"))
@@ -566,7 +568,7 @@ def test_deahes_part_equals_a_direct_sweep_and_redraws(tmp_path, monkeypatch):
     _, Xtr, ytr, Xte, yte = setup.dataset(tiny, None)
 
     def eamsgd(seed):
-        prob = cnn_classifier(Xtr, ytr, Xte, yte, num_workers=2, split="iid", batch_size=setup.BATCH, eval_size=96,
+        prob = cnn_classifier(Xtr, ytr, Xte, yte, num_workers=2, split="iid", batch_size=setup.BATCH, eval_size=32,
                               seed=seed, dtype=np.float32)
         failing = schedules.with_failures(schedules.fixed_computation(np.ones(2), num_events=6),
                                           probability=setup.FAILURE_P, seed=1000 * 2 + seed)
@@ -581,7 +583,7 @@ def test_deahes_part_equals_a_direct_sweep_and_redraws(tmp_path, monkeypatch):
     assert sgd["scores"][sgd["steps"].index(eta)] == pytest.approx(float(np.mean(tuning)), rel=1e-12)
     # a0 at the AdaHessian family's tuned η: 2 × the spread of a in a failure-free EAHES-O run of seed 10,000
     prob = cnn_classifier(Xtr, ytr, Xte, yte, num_workers=2, split="overlap", overlap=0.5, batch_size=setup.BATCH,
-                          eval_size=96, seed=10_000, dtype=np.float32)
+                          eval_size=32, seed=10_000, dtype=np.float32)
     clean = sim.sweep(ea.eahes(learning_rate=setup.LR, alpha=setup.ALPHA, trace=6), prob,
                       schedules.fixed_computation(np.ones(2), num_events=6), keys=jax.random.key(10_000)[None],
                       log_every=2, runs="map", hparams={"period": np.asarray([1, 2], np.int32),

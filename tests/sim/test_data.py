@@ -88,6 +88,19 @@ def test_without_data_the_loader_falls_back_to_the_digits():
     assert ds.name == "digits" and ds.x_train.shape[1:] == (8, 8)
 
 
+def test_delaylab_data_names_a_path_or_the_digits(tmp_path, monkeypatch):
+    _fake_mnist(tmp_path / "mine")
+    monkeypatch.setenv("DELAYLAB_DATA", str(tmp_path / "mine"))
+    assert data.default_locations()[0] == ("user data", str(tmp_path / "mine"))
+    assert data.load_mnist_format().name == "user data"
+    monkeypatch.setenv("DELAYLAB_DATA", "digits")  # whatever else is installed
+    assert all(p != "digits" for _, p in data.default_locations())
+    assert data.load_mnist_format().name == "digits"
+    # a path or locations given still win
+    assert data.load_mnist_format(str(tmp_path / "mine")).name == "mine"
+    assert data.load_mnist_format(locations=[("b", str(tmp_path / "mine"))]).name == "b"
+
+
 def test_splits():
     labels = np.repeat(np.arange(10), 100)
     for idx in (data.split_iid(labels, 7, seed=1), data.split_by_label(labels, 7),
