@@ -57,6 +57,10 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--redraw", metavar="NPZ", default=None,
                    help="redraw the figure, CSV and findings text from the .npz an earlier run wrote, "
                         "without computing")
+    f.add_argument("--estimate", action="store_true",
+                   help="predict the preset's wall time on this machine from a short calibration (each run's "
+                        "compilation and a few of its segments; parts a stopped run left in --out are reused) and "
+                        "write nothing but the estimate, which the run then reads to show parts and time left")
     return p
 
 
@@ -147,6 +151,25 @@ def _cmd_run(args) -> int:
     return runs.EXIT_DIVERGED if summary["status"] == "diverged" else 0
 
 
+def _estimate(fig, preset: str, out: str) -> int:
+    from delaylab import paper_figures
+    fmt = paper_figures.format_seconds
+
+    print(f"{fig.name} --preset {preset}: calibrating (each run compiled and cut after a few segments; "
+          "the numbers the figure prints meanwhile are from cut runs, not results)", flush=True)
+    try:
+        e = fig.estimate(preset, out)
+    except paper_figures.MixedConvolution as err:
+        print(f"delaylab figure: {err}", file=sys.stderr)
+        return 2
+    reused = f", {e['reused']} of them stored by a stopped run and reused" if e["reused"] else ""
+    print(f"{fig.name} --preset {preset}: predicted wall time on this machine {fmt(e['predicted'])} "
+          f"({fmt(e['simulated'])} in {e['runs']} simulated runs, {e['cut']} of them timed on their first segments; "
+          f"{fmt(e['other'])} outside the simulator, measured); {e['parts']} part{'s' if e['parts'] != 1 else ''}{reused}. "
+          f"The calibration took {fmt(e['calibration'])}.")
+    return 0
+
+
 def _cmd_figure(args) -> int:
     import jax
 
@@ -166,6 +189,10 @@ def _figure(args) -> int:
         print(f"delaylab figure: {bad}", file=sys.stderr)
         return 2
     if args.redraw is not None:
+        if args.estimate:
+            print("delaylab figure: --redraw computes nothing, so there is nothing to --estimate; drop one",
+                  file=sys.stderr)
+            return 2
         if args.quick or args.preset is not None:
             print("delaylab figure: --redraw takes the preset from the .npz it reads; drop --quick/--preset",
                   file=sys.stderr)
@@ -190,6 +217,8 @@ def _figure(args) -> int:
     except ValueError as err:
         print(f"delaylab figure: {err}", file=sys.stderr)
         return 2
+    if args.estimate:
+        return _estimate(fig, preset, out)
     try:
         path = fig.write(out, preset=preset)
     except paper_figures.MixedConvolution as err:

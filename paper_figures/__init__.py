@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-from delaylab.paper_figures._figure import Figure, MixedConvolution, Parts
+from delaylab.paper_figures._figure import Figure, MixedConvolution, Parts, format_seconds
 
 # name -> (module, one line)
 FIGURES = {
@@ -50,4 +50,4 @@ def figure(name: str) -> Figure:
     return fig
 
 
-__all__ = ["FIGURES", "Figure", "MixedConvolution", "Parts", "figure"]
+__all__ = ["FIGURES", "Figure", "MixedConvolution", "Parts", "figure", "format_seconds"]

@@ -94,9 +94,14 @@ class Parts:
     temporary name and renamed, so a stopped run never leaves a half-written part."""
 
     def __init__(self, directory: Optional[str], *, code: str, conv: Optional[str], label: str, quiet: bool = False,
-                 out_dir: Optional[str] = None):
+                 out_dir: Optional[str] = None, store_parts: bool = True):
         self.directory, self.code, self.conv, self.label, self.quiet = directory, code, conv, label, quiet
-        self.out_dir = out_dir
+        self.out_dir, self.store_parts = out_dir, store_parts
+        self.computed = self.reused = 0
+        self.started = time.monotonic()
+        self.plan = _read_estimate(directory)  # a calibration's count of parts and predicted seconds, if any
+        if not store_parts:  # read-only (a calibration): stored parts are reused, nothing is written or removed
+            return
         stale = store.remove_stale_temporaries(directory) if directory is not None else []
         if stale:
             self.say(f"removed {len(stale)} temporary file(s) a stopped run left in {directory} (a part is "
@@ -125,14 +130,27 @@ class Parts:
                     "a figure's parts must come from one implementation. Rerun where the same one is "
                     f"available (`make native` builds oneDNN's), or delete {self.directory} to start over.")
             if stored_key == key:
+                self.reused += 1
                 return load_data(path), True
         t0 = time.perf_counter()
         part = dict(compute())
         part["seconds"] = time.perf_counter() - t0
-        if path is not None:
+        if path is not None and self.store_parts:
             os.makedirs(self.directory, exist_ok=True)
             save_data(path, part, key=key, convolution=str(self.conv))
+        self.computed += 1
+        if self.plan is not None and self.store_parts:
+            self.say(self.eta())
         return part, False
+
+    def eta(self) -> str:
+        """Parts done and (by the calibration's count) left, and the time left at this run's pace."""
+        done, total = self.computed + self.reused, int(self.plan["parts"])
+        left = max(total - done, 0)
+        pace = (time.monotonic() - self.started) / max(self.computed, 1)
+        return (f"part {done} of about {total} ({self.reused} reused); about {format_seconds(left * pace)} left "
+                f"at {format_seconds(pace)} a part (the calibration predicted {format_seconds(self.plan['predicted'])} "
+                "in all)")
 
     def remove(self) -> None:
         """Delete the parts (and ``.parts/`` when it is left empty)."""
@@ -142,6 +160,31 @@ class Parts:
         parent = os.path.dirname(self.directory)
         if os.path.isdir(parent) and not os.listdir(parent):
             os.rmdir(parent)
+
+
+ESTIMATE_FILE = "estimate.json"
+
+
+def _read_estimate(directory: Optional[str]) -> Optional[dict]:
+    path = None if directory is None else os.path.join(directory, ESTIMATE_FILE)
+    if path is None or not os.path.exists(path):
+        return None
+    try:
+        with open(path) as fh:
+            plan = json.load(fh)
+        return plan if {"parts", "predicted"} <= set(plan) else None
+    except (OSError, ValueError):
+        return None
+
+
+def format_seconds(t: float) -> str:
+    """``3 h 05 min``, ``12 min 40 s`` or ``35 s``."""
+    t = max(float(t), 0.0)
+    if t >= 3600:
+        return f"{int(t // 3600)} h {int(t % 3600 // 60):02d} min"
+    if t >= 60:
+        return f"{int(t // 60)} min {int(t % 60):02d} s"
+    return f"{t:.0f} s"
 
 
 # --- data files: nested dicts and lists of arrays, without pickles -------------------------------
@@ -256,6 +299,38 @@ class Figure:
                       label=self.name, quiet=quiet, out_dir=out_dir)
         data = self.compute(p, parts)
         return data
+
+    def estimate(self, preset: str, out_dir: Optional[str], *, probe=None) -> dict:
+        """Predict the wall time of computing ``preset`` on this machine from a calibration: the
+        figure's ``compute`` with every simulated run cut to its compilation and a few of its
+        segments (:class:`sim.driver.Probe`), parts a stopped run stored under ``out_dir`` reused
+        and nothing written but the estimate itself (``.parts/<figure>_<preset>/estimate.json``,
+        which the run then reads to say parts left and time left). Work outside the simulator
+        (evaluation, analysis) runs in full and counts as measured. The calibration's runs stop
+        early, so a decision the figure takes on their numbers (a step grid extended, say) may
+        differ from the real run's; the estimate counts the parts its own decisions gave.
+
+        Returns ``predicted`` (seconds), ``calibration`` (seconds the estimate took), ``parts``,
+        ``reused``, ``runs``, ``cut`` (runs stopped early), ``simulated`` (predicted seconds inside
+        the simulator) and ``other`` (measured seconds outside it)."""
+        from delaylab.sim import driver
+
+        _, p = self.preset(preset)
+        parts_dir = None if out_dir is None else os.path.join(out_dir, ".parts", f"{self.name}_{preset}")
+        parts = Parts(parts_dir, code=code_hash(self.module), conv=convolution() if self.convolution else None,
+                      label=self.name, quiet=True, out_dir=None, store_parts=False)
+        t0 = time.perf_counter()
+        with driver.probing(probe) as pr:
+            self.compute(p, parts)
+        took = time.perf_counter() - t0
+        other = took - pr.spent
+        out = {"figure": self.name, "preset": preset, "predicted": other + pr.predicted, "calibration": took,
+               "parts": parts.computed + parts.reused, "reused": parts.reused, "runs": pr.runs, "cut": pr.cut,
+               "simulated": pr.predicted, "other": other}
+        if parts_dir is not None:
+            os.makedirs(parts_dir, exist_ok=True)
+            store.atomic_write(os.path.join(parts_dir, ESTIMATE_FILE), (json.dumps(out, indent=1) + "\n").encode())
+        return out
 
     def write(self, out_dir: str, *, preset: Optional[str] = None, data: Optional[Mapping] = None,
               quiet: bool = False) -> str:

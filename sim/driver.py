@@ -10,10 +10,13 @@ exactly what the one-call run computes, the same chunk body in the same order
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
+import math
 import os
 import time
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 import jax
 import numpy as np
@@ -92,6 +95,87 @@ def segments(plan: BlockPlan, size: Optional[int]) -> list[Segment]:
     return out
 
 
+@dataclasses.dataclass
+class Probe:
+    """A calibration: while :func:`probing` is active, :func:`drive` cuts each run into about
+    ``pieces`` segments, runs the first two (each compiles a program: the run's start, and its
+    continuation) and ``steady`` more, and stops there. Its prediction for the whole run is the
+    first segment's seconds (the second's compilation too, for a run its caller drives in
+    segments) plus the steady segments' mean pace for each segment after the first. The run returns full-length results: the metrics of the segments
+    it ran, the last of them repeated to the run's end, and (where the tail window was not
+    reached) the last model as the tail average; numbers for the caller's control flow to go on
+    with, not results. Runs too short to cut run whole, their time measured.
+
+    Attributes (totals over the runs driven while active):
+      runs: runs (or sweeps) driven; cut: of those, how many were stopped early.
+      spent: seconds the probed runs took; predicted: seconds the whole runs would take.
+    """
+
+    pieces: int = 40
+    steady: int = 2
+    runs: int = 0
+    cut: int = 0
+    spent: float = 0.0
+    predicted: float = 0.0
+
+
+_PROBE: contextvars.ContextVar[Optional[Probe]] = contextvars.ContextVar("delaylab_probe", default=None)
+
+
+@contextlib.contextmanager
+def probing(probe: Optional[Probe] = None) -> Iterator[Probe]:
+    """Within the block every run :func:`drive` starts is a calibration (:class:`Probe`): its
+    time is predicted from a few segments. Checkpoints are neither read nor written."""
+    probe = Probe() if probe is None else probe
+    token = _PROBE.set(probe)
+    try:
+        yield probe
+    finally:
+        _PROBE.reset(token)
+
+
+def _probe_segments(plan: BlockPlan, segment: Optional[int], probe: Probe) -> list[Segment]:
+    """The run cut for a probe: segments of at most ``ceil(chunks / probe.pieces)`` chunks (or the
+    run's own, if smaller), so that a few of them are a small part of the run."""
+    size = max(1, math.ceil(int(plan.events.shape[0]) / probe.pieces))
+    return segments(plan, size if segment is None else min(segment, size))
+
+
+def _probe(program: Program, plan: BlockPlan, segment: Optional[int], probe: Probe) -> dict:
+    """One run under a probe (see :class:`Probe`): drive's result, from the segments run."""
+    segs = _probe_segments(plan, segment, probe)
+    axis = program.log_axis
+    # segment 0 compiles the program that starts a run, segment 1 the one that goes on (a run in
+    # one call compiles only the first); the steady pace is timed on the segments after those
+    run = min(len(segs), 2 + probe.steady)
+    carry, first, parts, times = None, None, [], []
+    for i in range(run):
+        t = time.perf_counter()
+        carry, start_metrics, metrics = program.segment(carry, segs[i].pieces, i == 0)
+        if i == 0:
+            first = program.to_host(start_metrics)
+        parts.extend(program.to_host(m) for m in metrics)
+        times.append(time.perf_counter() - t)
+    probe.runs += 1
+    probe.spent += sum(times)
+    if run == len(segs):
+        probe.predicted += sum(times)
+    else:
+        probe.cut += 1
+        pace = float(np.mean(times[2:]))
+        # a run driven in one call pays the first compilation only; one in segments both
+        probe.predicted += times[0] + (times[1] - pace if segment is not None else 0.0) + (len(segs) - 1) * pace
+        left = int(plan.events.shape[0]) - (segs[run - 1].last_chunk + 1)
+        last = jax.tree.map(lambda a: np.take(a, [-1], axis=axis), parts[-1])
+        parts.append(jax.tree.map(lambda a: np.repeat(a, left, axis=axis), last))
+    c = program.to_host(carry)
+    out = tail_average({"state": c.state, "params": c.last_good, "tail_sum": c.tail_sum,
+                        "tail_weight": c.tail_weight, "stats": c.stat_sums, "bad": c.bad})
+    if run < len(segs):  # the tail window not reached: the last model stands in for its average
+        out["tail"] = jax.tree.map(lambda t, p: np.where(np.isnan(t), np.asarray(p, t.dtype), t), out["tail"], out["params"])
+    return {**out, "metrics": _concat(first, parts, axis)}
+
+
 def _concat(first, parts, axis: int):
     """The initial metrics, then each segment's, along the log-point axis (on the host)."""
     return jax.tree.map(lambda f, *a: np.concatenate([np.expand_dims(f, axis), *a], axis=axis), first, *parts)
@@ -121,6 +205,9 @@ def drive(program: Program, plan: BlockPlan, schedule, *, segment: Optional[int]
     a checkpoint written every ``checkpoint_every`` seconds and after the last segment; resume
     from ``checkpoint`` if it exists. Returns, on the host: ``state``, ``params`` (the last finite
     model), ``metrics`` (joined along the log axis), ``tail`` (the tail average), ``stats``, ``bad``."""
+    probe = _PROBE.get()
+    if probe is not None:
+        return _probe(program, plan, segment, probe)
     segs = segments(plan, segment)
     axis = program.log_axis
     if checkpoint is not None and os.path.exists(checkpoint):

@@ -89,6 +89,50 @@ def test_parts_resume_redraw_and_refuse_to_mix_convolutions(tmp_path, monkeypatc
         conv_fig.compute_data("quick", str(tmp_path / "c"))
 
 
+def test_an_estimate_times_cut_runs_reuses_stored_parts_and_writes_only_itself(tmp_path, capsys):
+    """`Figure.estimate`: the figure's compute with every simulated run cut after its first
+    segments (sim.driver.Probe), a part a stopped run stored reused, nothing written but
+    estimate.json; the run then reads it to say parts done and left."""
+    import json
+
+    import jax
+
+    from delaylab import algos, sim
+    from delaylab.sim import schedules
+
+    prob = sim.problems.random_quadratic(3, 4, seed=1)
+    sched = schedules.fixed_computation([1.0, 2.0, 3.0], num_events=4000)
+
+    def part(step):
+        r = sim.run(algos.asgd(stepsize=step), prob, sched, key=jax.random.key(0), log_every=20)
+        return {"loss": r.metrics["loss"]}
+
+    def compute(p, parts):
+        a, _ = parts.get("a", {"scale": p.scale}, lambda: part(0.01 * p.scale))
+        b, _ = parts.get("b", {"scale": p.scale}, lambda: part(0.02 * p.scale))
+        return {"a": a["loss"], "b": b["loss"]}
+
+    fig = _figure.Figure("toy", "a toy", {"quick": _Preset("quick", 1.0), "full": _Preset("full", 2.0)}, compute,
+                         lambda d, path: open(path, "wb").write(b"png"), lambda d: "text\n", lambda d: [], stem="toy",
+                         module=_figure.__file__)
+    out = tmp_path / "out"
+    full = fig.compute_data("quick", str(out))
+    stored = out / ".parts" / "toy_quick"
+    (stored / "b.npz").unlink()  # a run stopped after part a
+    e = fig.estimate("quick", str(out))
+    assert (e["parts"], e["reused"], e["runs"], e["cut"]) == (2, 1, 1, 1)
+    assert 0 < e["simulated"] and e["predicted"] == pytest.approx(e["simulated"] + e["other"])
+    assert sorted(f.name for f in stored.iterdir()) == ["a.npz", _figure.ESTIMATE_FILE]  # part b not stored
+    assert json.loads((stored / _figure.ESTIMATE_FILE).read_text())["parts"] == 2
+    capsys.readouterr()
+    fig.write(str(out), preset="quick")
+    assert "toy: part 2 of about 2 (1 reused); about 0 s left" in capsys.readouterr().out
+    np.testing.assert_array_equal(fig.load(str(out / "toy.npz"))["b"], full["b"])  # the estimate changed nothing
+    assert not (out / ".parts").exists()
+    assert cli.main(["figure", "r1", "--estimate", "--redraw", str(out / "toy.npz"), "--out", str(out)]) == 2
+    assert "nothing to --estimate" in capsys.readouterr().err
+
+
 def test_redraw_refuses_bad_requests(tmp_path, capsys):
     assert cli.main(["figure", "r1", "--redraw", str(tmp_path / "missing.npz"), "--out", str(tmp_path)]) == 2
     assert "no such file" in capsys.readouterr().err
