@@ -98,34 +98,54 @@ def segments(plan: BlockPlan, size: Optional[int]) -> list[Segment]:
 @dataclasses.dataclass
 class Probe:
     """A calibration: while :func:`probing` is active, :func:`drive` cuts each run into about
-    ``pieces`` segments, runs the first two (each compiles a program: the run's start, and its
-    continuation) and ``steady`` more, and stops there. Its prediction for the whole run is the
-    first segment's seconds (the second's compilation too, for a run its caller drives in
-    segments) plus the steady segments' mean pace for each segment after the first. The run returns full-length results: the metrics of the segments
-    it ran, the last of them repeated to the run's end, and (where the tail window was not
-    reached) the last model as the tail average; numbers for the caller's control flow to go on
-    with, not results. Runs too short to cut run whole, their time measured.
+    ``pieces`` segments and runs only the first ones: until ``enough`` seconds of execution were
+    timed, or ``1 + steady`` segments ran. The seconds JAX spends compiling inside a segment
+    (tracing, lowering, XLA's backend: reported through ``jax.monitoring``) are told apart from its
+    execution. The prediction for the whole run is the compilation the run pays (the program
+    that starts it; for a caller that drives it in segments, the program that continues it too,
+    taken to cost as much) plus the segments' execution pace for every segment. The run returns
+    full-length results: the metrics of the segments it ran, the last of them repeated to the
+    run's end, and (where the tail window was not reached) the last model as the tail average;
+    numbers for the caller's control flow to go on with, not results. Runs too short to cut run
+    whole, their time measured.
 
     Attributes (totals over the runs driven while active):
       runs: runs (or sweeps) driven; cut: of those, how many were stopped early.
-      spent: seconds the probed runs took; predicted: seconds the whole runs would take.
+      spent: seconds the probed runs took; predicted: seconds the whole runs would take;
+      compiling: seconds of the prediction that are compilation.
     """
 
     pieces: int = 40
     steady: int = 2
+    enough: float = 1.0
     runs: int = 0
     cut: int = 0
     spent: float = 0.0
     predicted: float = 0.0
+    compiling: float = 0.0
+    _compile_now: float = 0.0  # compilation seconds reported since the segment under way began
 
 
 _PROBE: contextvars.ContextVar[Optional[Probe]] = contextvars.ContextVar("delaylab_probe", default=None)
+_COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                   "/jax/core/compile/backend_compile_duration")
+_listening = False
+
+
+def _on_duration(event: str, seconds: float, **_) -> None:
+    probe = _PROBE.get()
+    if probe is not None and event in _COMPILE_EVENTS:
+        probe._compile_now += seconds
 
 
 @contextlib.contextmanager
 def probing(probe: Optional[Probe] = None) -> Iterator[Probe]:
     """Within the block every run :func:`drive` starts is a calibration (:class:`Probe`): its
-    time is predicted from a few segments. Checkpoints are neither read nor written."""
+    time is predicted from its first segments. Checkpoints are neither read nor written."""
+    global _listening
+    if not _listening:  # one listener for the process (jax.monitoring has no public way to remove one)
+        jax.monitoring.register_event_duration_secs_listener(_on_duration)
+        _listening = True
     probe = Probe() if probe is None else probe
     token = _PROBE.set(probe)
     try:
@@ -136,7 +156,7 @@ def probing(probe: Optional[Probe] = None) -> Iterator[Probe]:
 
 def _probe_segments(plan: BlockPlan, segment: Optional[int], probe: Probe) -> list[Segment]:
     """The run cut for a probe: segments of at most ``ceil(chunks / probe.pieces)`` chunks (or the
-    run's own, if smaller), so that a few of them are a small part of the run."""
+    run's own, if smaller), so that one of them is a small part of the run."""
     size = max(1, math.ceil(int(plan.events.shape[0]) / probe.pieces))
     return segments(plan, size if segment is None else min(segment, size))
 
@@ -145,33 +165,39 @@ def _probe(program: Program, plan: BlockPlan, segment: Optional[int], probe: Pro
     """One run under a probe (see :class:`Probe`): drive's result, from the segments run."""
     segs = _probe_segments(plan, segment, probe)
     axis = program.log_axis
-    # segment 0 compiles the program that starts a run, segment 1 the one that goes on (a run in
-    # one call compiles only the first); the steady pace is timed on the segments after those
-    run = min(len(segs), 2 + probe.steady)
-    carry, first, parts, times = None, None, [], []
-    for i in range(run):
+    carry, first, parts, took, compiled = None, None, [], [], []
+    while len(took) < len(segs):
+        i = len(took)
+        probe._compile_now = 0.0
         t = time.perf_counter()
         carry, start_metrics, metrics = program.segment(carry, segs[i].pieces, i == 0)
         if i == 0:
             first = program.to_host(start_metrics)
         parts.extend(program.to_host(m) for m in metrics)
-        times.append(time.perf_counter() - t)
+        took.append(time.perf_counter() - t)
+        compiled.append(min(probe._compile_now, took[-1]))
+        if len(took) >= 1 + probe.steady or sum(took) - sum(compiled) >= probe.enough:
+            break
     probe.runs += 1
-    probe.spent += sum(times)
-    if run == len(segs):
-        probe.predicted += sum(times)
+    probe.spent += sum(took)
+    if len(took) == len(segs):
+        probe.predicted += sum(took)
+        probe.compiling += sum(compiled)
     else:
         probe.cut += 1
-        pace = float(np.mean(times[2:]))
-        # a run driven in one call pays the first compilation only; one in segments both
-        probe.predicted += times[0] + (times[1] - pace if segment is not None else 0.0) + (len(segs) - 1) * pace
-        left = int(plan.events.shape[0]) - (segs[run - 1].last_chunk + 1)
+        pace = (sum(took) - sum(compiled)) / len(took)
+        # a run driven in one call compiles the program that starts it; one driven in segments
+        # also the one that continues it (taken to cost the same where the probe did not run it)
+        c = compiled[0] + ((compiled[1] if len(took) > 1 else compiled[0]) if segment is not None else 0.0)
+        probe.predicted += c + len(segs) * pace
+        probe.compiling += c
+        left = int(plan.events.shape[0]) - (segs[len(took) - 1].last_chunk + 1)
         last = jax.tree.map(lambda a: np.take(a, [-1], axis=axis), parts[-1])
         parts.append(jax.tree.map(lambda a: np.repeat(a, left, axis=axis), last))
     c = program.to_host(carry)
     out = tail_average({"state": c.state, "params": c.last_good, "tail_sum": c.tail_sum,
                         "tail_weight": c.tail_weight, "stats": c.stat_sums, "bad": c.bad})
-    if run < len(segs):  # the tail window not reached: the last model stands in for its average
+    if len(took) < len(segs):  # the tail window not reached: the last model stands in for its average
         out["tail"] = jax.tree.map(lambda t, p: np.where(np.isnan(t), np.asarray(p, t.dtype), t), out["tail"], out["params"])
     return {**out, "metrics": _concat(first, parts, axis)}
 

@@ -199,27 +199,29 @@ def test_bad_run_batch_is_refused_before_compiling(run_batch):
 
 
 def test_a_probe_runs_the_first_segments_and_predicts_the_rest(tmp_path):
-    """Under `driver.probing` a run stops after its first segments (two compiling, two timed at
-    the steady pace), returns results of the full run's shapes whose computed log points are the
-    full run's bits (the last repeated to the end), counts its prediction, and writes no
-    checkpoint; a run too short to cut runs whole, with the full run's bits."""
+    """Under `driver.probing` a run stops after its first segments (here three: the run is too
+    quick to reach a second of execution), returns results of the full run's shapes whose
+    computed log points are the full run's bits (the last repeated to the end), counts its
+    prediction with the compilation told apart, and writes no checkpoint; a run too short to cut
+    runs whole, with the full run's bits."""
     from delaylab.sim import driver
 
     alg, key = algos.asgd(stepsize=0.02), jax.random.key(5)
     full = sim.run(alg, PROBLEM, SCHEDULE, key=key, log_every=10)  # 121 chunks
     with driver.probing(driver.Probe(pieces=40, steady=2)) as probe:
         cut = sim.run(alg, PROBLEM, SCHEDULE, key=key, log_every=10, checkpoint=str(tmp_path / "c.npz"))
-        short = sim.run(alg, PROBLEM, SCHEDULE, key=key, log_every=400)  # 4 chunks: 4 segments, all run
+        short = sim.run(alg, PROBLEM, SCHEDULE, key=key, log_every=600)  # 3 chunks: 3 segments, all run
     assert not os.path.exists(tmp_path / "c.npz")
     assert (probe.runs, probe.cut) == (2, 1) and 0 < probe.spent < probe.predicted
+    assert 0 < probe.compiling < probe.predicted  # the programs were compiled inside the probe
     for k, v in full.metrics.items():
         assert np.shape(cut.metrics[k]) == np.shape(v), k
-    # 4 segments of ceil(121 / 40) = 4 chunks ran: log points 0 … 16 are the full run's
-    done = 1 + 4 * 4
+    # 3 segments of ceil(121 / 40) = 4 chunks ran: log points 0 … 12 are the full run's
+    done = 1 + 3 * 4
     np.testing.assert_array_equal(cut.metrics["loss"][:done], full.metrics["loss"][:done])
     assert np.all(cut.metrics["loss"][done:] == cut.metrics["loss"][done - 1])
     assert not np.array_equal(cut.params, full.params)
     assert np.all(np.isfinite(cut.tail_average))  # the tail window was not reached: the last model stands in
     np.testing.assert_array_equal(cut.tail_average, cut.params)
-    whole = sim.run(alg, PROBLEM, SCHEDULE, key=key, log_every=400)
+    whole = sim.run(alg, PROBLEM, SCHEDULE, key=key, log_every=600)
     assert _same(_fields(short), _fields(whole))
