@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test native bench bench-workers bench-workers-current torch torch-current data clean
+.PHONY: demo test native bench accelerator-check bench-workers bench-workers-current torch torch-current data clean
 
 # Byte-compiled on every core after the install (compileall -j 0) rather than by pip, which
 # compiles one file at a time (faster; timings in benchmarks/RESULTS.md, "The trims").
@@ -55,6 +55,11 @@ data:
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.engine
+
+# Where an accelerator is lent: the engine's ratios, the block engine's, and one deciding preset at
+# full size (its --estimate, and the run where it fits), in at most ten minutes (benchmarks/accelerator.py).
+accelerator-check: $(STAMP)
+	$(BIN)/python -m benchmarks.accelerator --budget 600
 
 # Optional, for benchmarks/workers.py only: PyTorch's CPU build from Debian (found by the benchmark
 # in /usr/lib/python3/dist-packages; PyPI's Linux wheels are CUDA builds).

@@ -1,0 +1,94 @@
+"""The accelerator check: what this code does on the device JAX finds, in at most ten minutes.
+
+    make accelerator-check                     # or: python -m benchmarks.accelerator
+    python -m benchmarks.accelerator --budget 300 --figure r4 --preset full
+
+Three measurements, each printed as a ratio against a reference run in the same process:
+
+1. the engine benchmark (``benchmarks.engine``, d = 100): the engine's sweep of 256 seeds against
+   the plain NumPy heap simulator, and the engine against its own floor (the Gaussian draws and
+   dense products alone);
+2. the block engine against event-by-event on the logistic workload (``benchmarks.engine``);
+3. one deciding preset at full size (default ``deahes --preset medium``): its calibration
+   (``delaylab figure NAME --preset P --estimate``) and, where the prediction fits what is left
+   of the budget, the run itself, with measured over predicted.
+
+It runs wherever JAX runs (on a CPU too, where it says so), so it can be tried before a device is
+lent; the numbers that matter are the device's. Every step is skipped, saying so, once the budget
+is spent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import tempfile
+import time
+
+import jax
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--budget", type=float, default=600.0, help="seconds in all (default 600)")
+    ap.add_argument("--figure", default="deahes", help="the deciding figure (default deahes)")
+    ap.add_argument("--preset", default="medium", help="its preset (default medium)")
+    ap.add_argument("--out", default=None, help="where the figure writes (default: a temporary folder)")
+    args = ap.parse_args(argv)
+    if args.budget <= 0:
+        ap.error(f"--budget must be positive seconds; got {args.budget}")
+    from delaylab import paper_figures
+
+    fig = paper_figures.figure(args.figure)  # refuses an unknown figure before anything runs
+    preset, _ = fig.preset(args.preset)
+    t0 = time.monotonic()
+
+    def left() -> float:
+        return args.budget - (time.monotonic() - t0)
+
+    dev = jax.devices()[0]
+    _say(f"device: {jax.default_backend()} ({dev.device_kind}, {jax.device_count()} device(s)); host "
+         f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; jax {jax.__version__}")
+    if jax.default_backend() == "cpu":
+        _say("no accelerator found: these are the CPU's numbers (a dry run of the check)")
+
+    from benchmarks import engine
+
+    r = engine.bench_sweep(100, "quadratic")
+    _say(f"1. engine, quadratic d=100, {engine.SEEDS} seeds x {r['events']} events: {r['jax_events_per_s']:.3g} ev/s, "
+         f"NumPy heap reference {r['ref_events_per_s']:.3g} ev/s: {r['ratio']:.1f}x")
+    floor = engine.bench_floor(100)
+    _say(f"   floor (draws and products alone) {floor['max_events_per_s']:.3g} ev/s: the engine runs at "
+         f"{r['jax_events_per_s'] / floor['max_events_per_s']:.2f} of it")
+    if left() > 60:
+        for b in engine.bench_blocks():
+            _say(f"2. block engine, logistic d={b['d']}, {b['events']} events, {b['batching']}: {b['block_s']:.3f} s "
+                 f"(block size {b['block_size']}), event-by-event {b['event_s']:.3f} s: {b['speedup']:.2f}x")
+    else:
+        _say("2. block engine: skipped, the budget is spent")
+    if left() < 60:
+        _say(f"3. {args.figure} --preset {preset}: skipped, the budget is spent")
+        return 0
+    out = args.out or tempfile.mkdtemp(prefix="delaylab-accelerator-")
+    with jax.enable_x64(True):  # as `delaylab figure` runs
+        e = fig.estimate(preset, out)
+        fmt = paper_figures.format_seconds
+        _say(f"3. {args.figure} --preset {preset}: predicted {fmt(e['predicted'])} ({e['parts']} parts, "
+             f"{e['runs']} simulated runs; compilation included), calibration {fmt(e['calibration'])}")
+        if e["predicted"] > left():
+            _say(f"   not run: the prediction exceeds the {fmt(left())} left of the budget")
+            return 0
+        t = time.monotonic()
+        fig.write(out, preset=preset, quiet=True)
+        took = time.monotonic() - t
+    _say(f"   ran in {fmt(took)}: measured / predicted = {took / e['predicted']:.2f}; outputs in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
