@@ -117,7 +117,7 @@ class Probe:
 
     pieces: int = 40
     steady: int = 2
-    enough: float = 1.0
+    enough: float = 0.3
     runs: int = 0
     cut: int = 0
     spent: float = 0.0
