@@ -36,18 +36,30 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 --dist worksteal tests
 
-# Opt-in: the CNN's native convolution (sim/native): oneDNN through jax.ffi. Needs a C++ compiler and
-# Debian's libdnnl-dev (.ci/run installs both and builds it); without it the CNN uses im2col.
+# The CNN's native convolution (sim/native): oneDNN through jax.ffi. Without it the CNN runs by
+# im2col, about half as fast (benchmarks/RESULTS.md). Two routes, the first that is available:
+# Debian's oneDNN 2.6 (libdnnl-dev) and g++ (.ci/run installs both), or PyPI's pieces alone, the
+# `native` extra of pyproject.toml installed into .venv: oneDNN 3.2's CPU library and headers and
+# Zig's C/C++ compiler (its first build takes a minute or two; later ones seconds). PyPI's oneDNN
+# needs GCC's OpenMP runtime, libgomp.so.1, at run time: where it is missing this says so and the
+# CNN stays on im2col.
 CXX ?= g++
 NATIVE_LIB := sim/native/libdelaylab_conv.so
+JAX_FFI_INCLUDE = "$$($(BIN)/python -c 'import jax.ffi; print(jax.ffi.include_dir())')"
 native: $(NATIVE_LIB)
 $(NATIVE_LIB): sim/native/conv_dnnl.cc $(STAMP)
-	@if [ ! -f /usr/include/oneapi/dnnl/dnnl.hpp ] || ! command -v $(CXX) >/dev/null; then \
-	  echo "make native needs oneDNN's headers and a C++ compiler (Debian: apt-get install libdnnl-dev g++)" >&2; \
-	  exit 1; \
+	@if [ -f /usr/include/oneapi/dnnl/dnnl.hpp ] && command -v $(CXX) >/dev/null; then \
+	  echo "make native: Debian's oneDNN and $(CXX)"; \
+	  $(CXX) -O2 -std=c++17 -shared -fPIC -isystem $(JAX_FFI_INCLUDE) $< -o $@ -ldnnl; \
+	else \
+	  $(BIN)/python -c "import ctypes; ctypes.CDLL('libgomp.so.1')" 2>/dev/null || { \
+	    echo "make native: PyPI's oneDNN needs GCC's OpenMP runtime (libgomp.so.1; Debian: libgomp1), not found; the CNN stays on im2col" >&2; \
+	    exit 1; }; \
+	  echo "make native: oneDNN and Zig's compiler from PyPI (the native extra)"; \
+	  $(BIN)/python -m pip install --quiet -e ".[test,native]" && \
+	  $(BIN)/python -m ziglang c++ -O2 -std=c++17 -shared -fPIC -I $(VENV)/include -isystem $(JAX_FFI_INCLUDE) \
+	    $< -o $@ -L $(VENV)/lib -ldnnl '-Wl,-rpath,$$ORIGIN/../../$(VENV)/lib'; \
 	fi
-	$(CXX) -O2 -std=c++17 -shared -fPIC -isystem "$$($(BIN)/python -c 'import jax.ffi; print(jax.ffi.include_dir())')" \
-	  $< -o $@ -ldnnl
 
 # Optional: Debian's Fashion-MNIST (the data loader falls back to scikit-learn's digits without it).
 data:
@@ -67,6 +79,7 @@ torch:
 	test -d /usr/lib/python3/dist-packages/torch || (apt-get update -q && apt-get install -y -q --no-install-recommends python3-torch)
 
 bench-workers: $(STAMP) torch data
+	$(MAKE) native || echo "(the native convolution could not be built: the benchmark runs im2col)" >&2
 	$(BIN)/python -m benchmarks.workers
 
 # Optional: a current PyTorch from PyPI in its own venv (about 5 GB: PyPI's Linux wheel is the CUDA
@@ -77,6 +90,7 @@ torch-current:
 	$(TORCH_VENV)/bin/python -m pip install --quiet torch
 
 bench-workers-current: $(STAMP) torch-current data
+	$(MAKE) native || echo "(the native convolution could not be built: the benchmark runs im2col)" >&2
 	$(BIN)/python -m benchmarks.workers --torch-path $$($(TORCH_VENV)/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 
 clean:

@@ -72,10 +72,18 @@ Entry MakeEntry(const Key& k) {
   // Activations stay NHWC (oneDNN has direct kernels for it); kernels go to its blocked layout.
   const memory::desc src_a = src_u, wei_a(wei, f32, tag::any), dst_a = dst_u;
   auto& eng = Engine();
+  const auto direct = dnnl::algorithm::convolution_direct;
+  // oneDNN 3 builds primitive descriptors from the memory descriptors directly; oneDNN 2 (Debian's
+  // 2.6) from an operation descriptor, which 3 removed.
+#if DNNL_VERSION_MAJOR >= 3
+  auto fwd_pd = dnnl::convolution_forward::primitive_desc(eng, dnnl::prop_kind::forward_training, direct, src_a,
+                                                          wei_a, dst_a, strides, pad_l, pad_r);
+#else
   auto fwd_pd = dnnl::convolution_forward::primitive_desc(
-      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                      src_a, wei_a, dst_a, strides, pad_l, pad_r),
+      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, direct, src_a, wei_a, dst_a, strides,
+                                      pad_l, pad_r),
       eng);
+#endif
   Entry e;
   if (k[0] == kForward) {
     e.prim = dnnl::convolution_forward(fwd_pd);
@@ -83,19 +91,25 @@ Entry MakeEntry(const Key& k) {
     e.b.Init(wei_u, fwd_pd.weights_desc(), DNNL_ARG_WEIGHTS, true);
     e.out.Init(dst_u, fwd_pd.dst_desc(), DNNL_ARG_DST, false);
   } else if (k[0] == kBackwardData) {
+#if DNNL_VERSION_MAJOR >= 3
+    auto pd = dnnl::convolution_backward_data::primitive_desc(eng, direct, src_a, wei_a, dst_a, strides, pad_l,
+                                                              pad_r, fwd_pd);
+#else
     auto pd = dnnl::convolution_backward_data::primitive_desc(
-        dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, src_a, wei_a, dst_a, strides,
-                                              pad_l, pad_r),
-        eng, fwd_pd);
+        dnnl::convolution_backward_data::desc(direct, src_a, wei_a, dst_a, strides, pad_l, pad_r), eng, fwd_pd);
+#endif
     e.prim = dnnl::convolution_backward_data(pd);
     e.a.Init(dst_u, pd.diff_dst_desc(), DNNL_ARG_DIFF_DST, true);
     e.b.Init(wei_u, pd.weights_desc(), DNNL_ARG_WEIGHTS, true);
     e.out.Init(src_u, pd.diff_src_desc(), DNNL_ARG_DIFF_SRC, false);
   } else {
+#if DNNL_VERSION_MAJOR >= 3
+    auto pd = dnnl::convolution_backward_weights::primitive_desc(eng, direct, src_a, wei_a, dst_a, strides, pad_l,
+                                                                 pad_r, fwd_pd);
+#else
     auto pd = dnnl::convolution_backward_weights::primitive_desc(
-        dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, src_a, wei_a, dst_a,
-                                                 strides, pad_l, pad_r),
-        eng, fwd_pd);
+        dnnl::convolution_backward_weights::desc(direct, src_a, wei_a, dst_a, strides, pad_l, pad_r), eng, fwd_pd);
+#endif
     e.prim = dnnl::convolution_backward_weights(pd);
     e.a.Init(src_u, pd.src_desc(), DNNL_ARG_SRC, true);
     e.b.Init(dst_u, pd.diff_dst_desc(), DNNL_ARG_DIFF_DST, true);
