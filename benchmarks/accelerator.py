@@ -9,13 +9,10 @@ Three measurements, each printed as a ratio against a reference run in the same 
    the plain NumPy heap simulator, and the engine against its own floor (the Gaussian draws and
    dense products alone);
 2. the block engine against event-by-event on the logistic workload (``benchmarks.engine``);
-3. one deciding preset at full size (default ``deahes --preset medium``): its calibration
-   (``delaylab figure NAME --preset P --estimate``) and, where the prediction fits what is left
-   of the budget, the run itself, with measured over predicted.
+3. one deciding preset at full size (default ``deahes --preset medium``): its ``--estimate`` and,
+   where that fits the budget left, the run, with measured over predicted.
 
-It runs wherever JAX runs (on a CPU too, where it says so), so it can be tried before a device is
-lent; the numbers that matter are the device's. Every step is skipped, saying so, once the budget
-is spent.
+It runs wherever JAX runs (a CPU says so), so it can be tried before a device is lent.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def _load() -> tuple[bool, str]:
     if os.environ.get("DELAYLAB_NATIVE_CONV", "1") == "0":
         return False, "disabled by DELAYLAB_NATIVE_CONV=0"
     if not LIBRARY.exists():
-        return False, f"{LIBRARY.name} is not built (run `make native`; it needs g++ and oneDNN, Debian's libdnnl-dev)"
+        return False, f"{LIBRARY.name} is not built (run `make native`: it builds with g++ and Debian's libdnnl-dev, or from PyPI's oneDNN and Zig's compiler)"
     try:
         lib = ctypes.cdll.LoadLibrary(str(LIBRARY))
     except OSError as e:
