@@ -178,7 +178,16 @@ def _run(make, stepsize: float, seed: int, cfg: Preset, data_path, stop_events: 
             "grad_sq": np.asarray(m["grad_norm"], np.float64)[0, 0] ** 2,
             "test_accuracy": np.asarray(m["test_accuracy"], np.float64)[0, 0],
             "diverged_at": int(np.asarray(res.diverged_at)[0, 0]), "end_time": float(schedule.end_time),
-            "cancelled": int(0 if schedule.pull_only is None else np.sum(schedule.pull_only))}
+            **_cancelled(schedule, cfg.horizon)}
+
+
+def _cancelled(schedule, horizon: float) -> dict:
+    """The jobs a schedule cancels (``pull_only`` events: a job cut off at a round's close) before
+    ``horizon``, and the worker time they had taken (from their start to the close)."""
+    cut = np.zeros(schedule.num_events, bool) if schedule.pull_only is None else np.asarray(schedule.pull_only, bool)
+    cut = cut & (np.asarray(schedule.finish) <= horizon)
+    return {"cancelled": int(np.sum(cut)),
+            "cancelled_time": float(np.sum((np.asarray(schedule.finish) - np.asarray(schedule.start))[cut]))}
 
 
 def score_at(run: dict, t: float, horizon: float) -> float:
@@ -249,7 +258,8 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
             **{k: np.stack([r[k] for r in runs]) for k in ("loss", "grad_sq", "test_accuracy")},
             "diverged": int(sum(r["diverged_at"] >= 0 for r in runs)), "tuning_at_checks": tuning,
             "stats": {k: np.asarray([r["stats"][k] for r in runs]) for k in runs[0]["stats"]},
-            "cancelled": np.asarray([r["cancelled"] for r in runs]), "end_times": [r["end_time"] for r in runs]}
+            "cancelled": np.asarray([r["cancelled"] for r in runs]),
+            "cancelled_time": np.asarray([r["cancelled_time"] for r in runs]), "end_times": [r["end_time"] for r in runs]}
         if progress:
             print(f"  r5 {name:16s} {b.note()}", flush=True)
     if set(RANKING) <= set(methods):  # Fig. B's three methods at every step setting of the verdict
@@ -431,6 +441,16 @@ def findings(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _cancelled_text(data: dict, m: dict) -> str:
+    """The jobs cancelled before the horizon and their share of the workers' time up to it; stored
+    data of the earlier protocol counted cancelled jobs only, over the whole schedule."""
+    if "cancelled_time" not in m:
+        return f"{np.median(m['cancelled']):.0f} cancelled jobs (counted over the whole schedule, past the horizon too)"
+    share = np.asarray(m["cancelled_time"], np.float64) / (N_WORKERS * float(data["config"]["horizon"]))
+    return (f"{np.median(m['cancelled']):.0f} jobs cancelled before the horizon, which had taken "
+            f"{np.median(share):.1%} of the workers' time")
+
+
 def _malenia_note(data: dict) -> list:
     """What Malenia's reading did in these runs: rounds, cancelled jobs, discarded gradients."""
     if "Malenia SGD" not in data["methods"]:
@@ -441,7 +461,7 @@ def _malenia_note(data: dict) -> list:
     if reading(data) == "stop":
         return [f"Malenia SGD, \"stop\": each round closes once every worker has one gradient at the round's point; "
                 f"the jobs then in flight are cancelled and every worker starts the next round. Here: {rounds:.0f} "
-                f"rounds of {length:.0f} time units, {np.median(m['cancelled']):.0f} cancelled jobs and "
+                f"rounds of {length:.0f} time units, {_cancelled_text(data, m)} and "
                 f"{np.median(st['discarded']):.0f} discarded gradients per run (medians)."]
     return [f"Malenia SGD, \"ignore\": a job in flight at a round's end runs on; its gradient is discarded on arrival "
             "and its worker starts anew, so a round can wait for the slowest worker to finish a stale job and then a "

@@ -509,7 +509,8 @@ def test_r5_compute_runs_every_step_setting_once_and_judges_at_the_horizon(tmp_p
         t = np.linspace(0.0, cfg.horizon, 5)
         f = level[name] * (1 + np.log(g / best[name]) ** 2 / 100) * (1 + 0.01 * np.sin(seed + len(name)))
         return {"stats": {"rounds": 3.0, "discarded": 0.0}, "time": t, "loss": np.full(5, f), "grad_sq": np.ones(5),
-                "test_accuracy": np.ones(5), "diverged_at": -1, "end_time": float(cfg.horizon), "cancelled": 7}
+                "test_accuracy": np.ones(5), "diverged_at": -1, "end_time": float(cfg.horizon), "cancelled": 7,
+                "cancelled_time": 70.0}
 
     monkeypatch.setattr(r5_mnist, "_methods", lambda n, taus: {k: k for k in r5_mnist.RANKING})
     monkeypatch.setattr(r5_mnist, "_run", fake_run)
@@ -531,7 +532,9 @@ def test_r5_compute_runs_every_step_setting_once_and_judges_at_the_horizon(tmp_p
         assert (settings["neighbours −"][k], settings["neighbours +"][k]) == (lo, hi)
     v = r5_mnist.ranking_verdict(data)
     assert v.verdict == "holds" and set(v.steps.values()) == {"holds"}, v
-    assert "7 cancelled jobs and 0 discarded gradients" in r5_mnist.findings(data)
+    # 70 time units of 100 workers × the horizon 20
+    assert ("7 jobs cancelled before the horizon, which had taken 3.5% of the workers' time and 0 discarded "
+            "gradients") in r5_mnist.findings(data)
     n = len(calls)
     r5_mnist.compute(tiny, parts, progress=False)
     assert len(calls) == n  # a rerun reads every run from its part
@@ -552,6 +555,14 @@ def test_r5_stop_schedules_share_one_length_and_reach_the_horizon():
     _, asy, _, _ = r5_mnist.build(seed=1, train_size=600, horizon=400.0, test_size=10)
     first = [np.flatnonzero(s.worker == 99)[0] for s in (asy, other)]  # the slowest worker's first job: one draw
     assert asy.finish[first[0]] == other.finish[first[1]]
+    # the cancelled jobs counted before a horizon, and the worker time they took, by a plain loop
+    horizon = float(np.median(full.finish))
+    n, t = 0, 0.0
+    for e in range(full.num_events):
+        if full.pull_only[e] and full.finish[e] <= horizon:
+            n, t = n + 1, t + (full.finish[e] - full.start[e])
+    assert 0 < n < int(np.sum(full.pull_only))
+    assert r5_mnist._cancelled(full, horizon) == {"cancelled": n, "cancelled_time": pytest.approx(t, rel=1e-12)}
 
 
 def test_r5_control_timing_is_exact_and_bad_timing_is_refused():
