@@ -18,6 +18,7 @@ It runs wherever JAX runs (a CPU says so), so it can be tried before a device is
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import tempfile
@@ -39,10 +40,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.budget <= 0:
         ap.error(f"--budget must be positive seconds; got {args.budget}")
-    from delaylab import paper_figures
+    from delaylab import cli
 
-    fig = paper_figures.figure(args.figure)  # refuses an unknown figure before anything runs
-    preset, _ = fig.preset(args.preset)
+    preset = ["--preset", args.preset]
+    cli._parser().parse_args(["figure", args.figure, *preset])  # an unknown figure is refused before anything runs
     t0 = time.monotonic()
 
     def left() -> float:
@@ -72,18 +73,23 @@ def main(argv=None) -> int:
         _say(f"3. {args.figure} --preset {preset}: skipped, the budget is spent")
         return 0
     out = args.out or tempfile.mkdtemp(prefix="delaylab-accelerator-")
-    with jax.enable_x64(True):  # as `delaylab figure` runs
-        e = fig.estimate(preset, out)
-        fmt = paper_figures.format_seconds
-        _say(f"3. {args.figure} --preset {preset}: predicted {fmt(e['predicted'])} ({e['parts']} parts, "
-             f"{e['runs']} simulated runs; compilation included), calibration {fmt(e['calibration'])}")
-        if e["predicted"] > left():
-            _say(f"   not run: the prediction exceeds the {fmt(left())} left of the budget")
-            return 0
-        t = time.monotonic()
-        fig.write(out, preset=preset, quiet=True)
-        took = time.monotonic() - t
-    _say(f"   ran in {fmt(took)}: measured / predicted = {took / e['predicted']:.2f}; outputs in {out}")
+    # through the command line (benchmarks sit beside the figures, not above them): the estimate
+    # first, then the run where the estimate fits the budget left
+    if cli.main(["figure", args.figure, *preset, "--estimate", "--out", out]) != 0:
+        _say(f"3. {args.figure} --preset {args.preset}: the estimate failed (its message is above)")
+        return 1
+    with open(os.path.join(out, ".parts", f"{args.figure}_{args.preset}", "estimate.json")) as fh:
+        e = json.load(fh)
+    _say(f"3. {args.figure} --preset {args.preset}: predicted {e['predicted']:.0f} s ({e['parts']} parts, "
+         f"{e['runs']} simulated runs; compilation included), calibration {e['calibration']:.0f} s")
+    if e["predicted"] > left():
+        _say(f"   not run: the prediction exceeds the {left():.0f} s left of the budget")
+        return 0
+    t = time.monotonic()
+    if cli.main(["figure", args.figure, *preset, "--out", out]) != 0:
+        return 1
+    took = time.monotonic() - t
+    _say(f"   ran in {took:.0f} s: measured / predicted = {took / e['predicted']:.2f}; outputs in {out}")
     return 0
 
 
