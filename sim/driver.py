@@ -107,7 +107,8 @@ class Probe:
     full-length results: the metrics of the segments it ran, the last of them repeated to the
     run's end, and (where the tail window was not reached) the last model as the tail average;
     numbers for the caller's control flow to go on with, not results. Runs too short to cut run
-    whole, their time measured.
+    whole, their time measured, and so do runs whose rest would execute in under ``short``
+    seconds (their rest in one call).
 
     Attributes (totals over the runs driven while active):
       runs: runs (or sweeps) driven; cut: of those, how many were stopped early.
@@ -118,6 +119,7 @@ class Probe:
     pieces: int = 40
     steady: int = 2
     enough: float = 0.3
+    short: float = 1.0
     runs: int = 0
     cut: int = 0
     spent: float = 0.0
@@ -161,6 +163,16 @@ def _probe_segments(plan: BlockPlan, segment: Optional[int], probe: Probe) -> li
     return segments(plan, size if segment is None else min(segment, size))
 
 
+def _rest(plan: BlockPlan, done: int) -> tuple:
+    """The plan's pieces (:func:`split_plan`) after its first ``done`` chunks."""
+    out, c0 = [], 0
+    for part, padded in split_plan(plan):
+        if c0 + part.shape[0] > done:
+            out.append((part[max(done - c0, 0):], padded))
+        c0 += part.shape[0]
+    return tuple(out)
+
+
 def _probe(program: Program, plan: BlockPlan, segment: Optional[int], probe: Probe) -> dict:
     """One run under a probe (see :class:`Probe`): drive's result, from the segments run."""
     segs = _probe_segments(plan, segment, probe)
@@ -178,26 +190,38 @@ def _probe(program: Program, plan: BlockPlan, segment: Optional[int], probe: Pro
         compiled.append(min(probe._compile_now, took[-1]))
         if len(took) >= 1 + probe.steady or sum(took) - sum(compiled) >= probe.enough:
             break
+    done = segs[len(took) - 1].last_chunk + 1  # chunks run
+    pace = (sum(took) - sum(compiled)) / len(took)  # execution seconds per segment
+    # a run driven in one call compiles the program that starts it; one driven in segments also
+    # the one that continues it (taken to cost the same where the probe did not run it)
+    pays = compiled[0] + ((compiled[1] if len(took) > 1 else compiled[0]) if segment is not None else 0.0)
     probe.runs += 1
     probe.spent += sum(took)
-    if len(took) == len(segs):
-        probe.predicted += sum(took)
-        probe.compiling += sum(compiled)
+    probe.compiling += pays
+    if len(took) < len(segs) and pace * (len(segs) - len(took)) < probe.short:
+        # a short run: cutting it would cost more in calls than it saves, and each call would add
+        # its host overhead to the prediction; the rest runs in one call (its program compiled
+        # once per shape, the probe's own cost) and the run is timed whole
+        probe._compile_now = 0.0
+        t = time.perf_counter()
+        carry, _, metrics = program.segment(carry, _rest(plan, done), False)
+        parts.extend(program.to_host(m) for m in metrics)
+        rest = time.perf_counter() - t
+        probe.spent += rest
+        probe.predicted += pays + sum(took) - sum(compiled) + rest - min(probe._compile_now, rest)
+        done = int(plan.events.shape[0])
+    elif len(took) == len(segs):
+        probe.predicted += pays + sum(took) - sum(compiled)
     else:
         probe.cut += 1
-        pace = (sum(took) - sum(compiled)) / len(took)
-        # a run driven in one call compiles the program that starts it; one driven in segments
-        # also the one that continues it (taken to cost the same where the probe did not run it)
-        c = compiled[0] + ((compiled[1] if len(took) > 1 else compiled[0]) if segment is not None else 0.0)
-        probe.predicted += c + len(segs) * pace
-        probe.compiling += c
-        left = int(plan.events.shape[0]) - (segs[len(took) - 1].last_chunk + 1)
+        probe.predicted += pays + len(segs) * pace
+        left = int(plan.events.shape[0]) - done
         last = jax.tree.map(lambda a: np.take(a, [-1], axis=axis), parts[-1])
         parts.append(jax.tree.map(lambda a: np.repeat(a, left, axis=axis), last))
     c = program.to_host(carry)
     out = tail_average({"state": c.state, "params": c.last_good, "tail_sum": c.tail_sum,
                         "tail_weight": c.tail_weight, "stats": c.stat_sums, "bad": c.bad})
-    if len(took) < len(segs):  # the tail window not reached: the last model stands in for its average
+    if done < int(plan.events.shape[0]):  # the tail window not reached: the last model stands in for its average
         out["tail"] = jax.tree.map(lambda t, p: np.where(np.isnan(t), np.asarray(p, t.dtype), t), out["tail"], out["params"])
     return {**out, "metrics": _concat(first, parts, axis)}
 

@@ -90,9 +90,9 @@ def test_parts_resume_redraw_and_refuse_to_mix_convolutions(tmp_path, monkeypatc
 
 
 def test_an_estimate_times_cut_runs_reuses_stored_parts_and_writes_only_itself(tmp_path, capsys):
-    """`Figure.estimate`: the figure's compute with every simulated run cut after its first
-    segments (sim.driver.Probe), a part a stopped run stored reused, nothing written but
-    estimate.json; the run then reads it to say parts done and left."""
+    """`Figure.estimate`: the figure's compute with its simulated runs timed by sim.driver.Probe
+    (tests/sim/test_segments.py checks the cutting), a part a stopped run stored reused, nothing
+    written but estimate.json; the run then reads it to say parts done and left."""
     import json
 
     import jax
@@ -120,7 +120,7 @@ def test_an_estimate_times_cut_runs_reuses_stored_parts_and_writes_only_itself(t
     stored = out / ".parts" / "toy_quick"
     (stored / "b.npz").unlink()  # a run stopped after part a
     e = fig.estimate("quick", str(out))
-    assert (e["parts"], e["reused"], e["runs"], e["cut"]) == (2, 1, 1, 1)
+    assert (e["parts"], e["reused"], e["runs"], e["cut"]) == (2, 1, 1, 0)  # a short run: timed whole
     assert 0 < e["simulated"] and e["predicted"] == pytest.approx(e["simulated"] + e["other"])
     assert sorted(f.name for f in stored.iterdir()) == ["a.npz", _figure.ESTIMATE_FILE]  # part b not stored
     assert json.loads((stored / _figure.ESTIMATE_FILE).read_text())["parts"] == 2

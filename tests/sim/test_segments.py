@@ -199,8 +199,8 @@ def test_bad_run_batch_is_refused_before_compiling(run_batch):
 
 
 def test_a_probe_runs_the_first_segments_and_predicts_the_rest(tmp_path):
-    """Under `driver.probing` a run stops after its first segments (here three: the run is too
-    quick to reach a second of execution), returns results of the full run's shapes whose
+    """Under `driver.probing` (told to cut every run) a run stops after its first segments (here
+    three: the run is too quick to reach the probe's execution time), returns results of the full run's shapes whose
     computed log points are the full run's bits (the last repeated to the end), counts its
     prediction with the compilation told apart, and writes no checkpoint; a run too short to cut
     runs whole, with the full run's bits."""
@@ -208,11 +208,11 @@ def test_a_probe_runs_the_first_segments_and_predicts_the_rest(tmp_path):
 
     alg, key = algos.asgd(stepsize=0.02), jax.random.key(5)
     full = sim.run(alg, PROBLEM, SCHEDULE, key=key, log_every=10)  # 121 chunks
-    with driver.probing(driver.Probe(pieces=40, steady=2)) as probe:
+    with driver.probing(driver.Probe(pieces=40, steady=2, short=0.0)) as probe:  # short=0: always cut
         cut = sim.run(alg, PROBLEM, SCHEDULE, key=key, log_every=10, checkpoint=str(tmp_path / "c.npz"))
         short = sim.run(alg, PROBLEM, SCHEDULE, key=key, log_every=600)  # 3 chunks: 3 segments, all run
     assert not os.path.exists(tmp_path / "c.npz")
-    assert (probe.runs, probe.cut) == (2, 1) and 0 < probe.spent < probe.predicted
+    assert (probe.runs, probe.cut) == (2, 1)
     assert 0 < probe.compiling < probe.predicted  # the programs were compiled inside the probe
     for k, v in full.metrics.items():
         assert np.shape(cut.metrics[k]) == np.shape(v), k
@@ -225,3 +225,9 @@ def test_a_probe_runs_the_first_segments_and_predicts_the_rest(tmp_path):
     np.testing.assert_array_equal(cut.tail_average, cut.params)
     whole = sim.run(alg, PROBLEM, SCHEDULE, key=key, log_every=600)
     assert _same(_fields(short), _fields(whole))
+    # by default a run whose rest would execute in under a second finishes in one more call: the
+    # full run's bits, timed whole
+    with driver.probing() as probe:
+        quick = sim.run(alg, PROBLEM, SCHEDULE, key=key, log_every=10)
+    assert (probe.runs, probe.cut) == (1, 0) and 0 < probe.predicted <= probe.spent
+    assert _same(_fields(quick), _fields(full))
