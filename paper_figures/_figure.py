@@ -97,7 +97,8 @@ class Parts:
                  out_dir: Optional[str] = None, store_parts: bool = True):
         self.directory, self.code, self.conv, self.label, self.quiet = directory, code, conv, label, quiet
         self.out_dir, self.store_parts = out_dir, store_parts
-        self.computed = self.reused = 0
+        self.first: dict = {}  # part name -> "computed" or "reused": how this run first had it
+        self._memo: dict = {}  # read-only runs: name -> (key, part) computed in this process
         self.started = time.monotonic()
         self.plan = _read_estimate(directory)  # a calibration's count of parts and predicted seconds, if any
         if not store_parts:  # read-only (a calibration): stored parts are reused, nothing is written or removed
@@ -120,6 +121,8 @@ class Parts:
         and lists of them), timed (``"seconds"`` is added) and stored. Returns the part and
         whether it was reused."""
         key = json.dumps({"code": self.code, "inputs": _canonical(inputs)}, sort_keys=True)
+        if name in self._memo and self._memo[name][0] == key:  # asked again, nothing stored to read it from
+            return self._memo[name][1], True
         path = None if self.directory is None else os.path.join(self.directory, f"{name}.npz")
         if path is not None and os.path.exists(path):
             with np.load(path, allow_pickle=False) as z:
@@ -130,7 +133,7 @@ class Parts:
                     "a figure's parts must come from one implementation. Rerun where the same one is "
                     f"available (`make native` builds oneDNN's), or delete {self.directory} to start over.")
             if stored_key == key:
-                self.reused += 1
+                self.first.setdefault(name, "reused")
                 return load_data(path), True
         t0 = time.perf_counter()
         part = dict(compute())
@@ -138,10 +141,22 @@ class Parts:
         if path is not None and self.store_parts:
             os.makedirs(self.directory, exist_ok=True)
             save_data(path, part, key=key, convolution=str(self.conv))
-        self.computed += 1
+        elif not self.store_parts:
+            self._memo[name] = (key, part)
+        self.first.setdefault(name, "computed")
         if self.plan is not None and self.store_parts:
             self.say(self.eta())
         return part, False
+
+    @property
+    def computed(self) -> int:
+        """Parts this run computed (each counted once, however often asked for)."""
+        return sum(v == "computed" for v in self.first.values())
+
+    @property
+    def reused(self) -> int:
+        """Parts this run read from an earlier run's store (each counted once)."""
+        return sum(v == "reused" for v in self.first.values())
 
     def eta(self) -> str:
         """Parts done and (by the calibration's count) left, and the time left at this run's pace."""

@@ -110,6 +110,8 @@ def test_an_estimate_times_cut_runs_reuses_stored_parts_and_writes_only_itself(t
     def compute(p, parts):
         a, _ = parts.get("a", {"scale": p.scale}, lambda: part(0.01 * p.scale))
         b, _ = parts.get("b", {"scale": p.scale}, lambda: part(0.02 * p.scale))
+        again, reused = parts.get("b", {"scale": p.scale}, lambda: part(0.02 * p.scale))  # asked twice, run once
+        assert reused and again is b or np.array_equal(again["loss"], b["loss"])
         return {"a": a["loss"], "b": b["loss"]}
 
     fig = _figure.Figure("toy", "a toy", {"quick": _Preset("quick", 1.0), "full": _Preset("full", 2.0)}, compute,
