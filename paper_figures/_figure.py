@@ -317,13 +317,14 @@ class Figure:
 
     def estimate(self, preset: str, out_dir: Optional[str], *, probe=None) -> dict:
         """Predict the wall time of computing ``preset`` on this machine from a calibration: the
-        figure's ``compute`` with every simulated run cut to its compilation and a few of its
-        segments (:class:`sim.driver.Probe`), parts a stopped run stored under ``out_dir`` reused
-        and nothing written but the estimate itself (``.parts/<figure>_<preset>/estimate.json``,
-        which the run then reads to say parts left and time left). Work outside the simulator
-        (evaluation, analysis) runs in full and counts as measured. The calibration's runs stop
-        early, so a decision the figure takes on their numbers (a step grid extended, say) may
-        differ from the real run's; the estimate counts the parts its own decisions gave.
+        figure's ``compute`` with its simulated runs timed by :class:`sim.driver.Probe` (a long run
+        cut after its compilation and its first segments, a short one timed whole), parts a stopped
+        run stored under ``out_dir`` reused, a part asked for twice computed once, and nothing
+        written but the estimate itself (``.parts/<figure>_<preset>/estimate.json``, which the run
+        then reads to say parts left and time left). Work outside the simulator (evaluation,
+        analysis) runs in full and counts as measured. A cut run's numbers stop early, so a decision
+        the figure takes on them (a step grid extended, say) may differ from the real run's; the
+        estimate counts the parts its own decisions gave.
 
         Returns ``predicted`` (seconds), ``calibration`` (seconds the estimate took), ``parts``,
         ``reused``, ``runs``, ``cut`` (runs stopped early), ``simulated`` (predicted seconds inside
