@@ -425,12 +425,12 @@ def _judge(data: dict, label: str, lines: list) -> list:
     settings = ({k: v for k, v in data.get("settings", {}).items() if k.startswith("neighbours")}
                 if label == "tuned" else {})
     semantics = data.get("semantics", "suppressed")
-    lines += [f"At {_eta_words(data, label)}: final master training loss and test accuracy (mean ± std over seeds):",
+    lines += [f"At {_eta_words(data, label)}: final master training loss and test accuracy (mean ± sample standard deviation over seeds):",
               f"{'P':>2s} {'τ':>2s} " + " ".join(f"{m:>17s}" for m in methods)]
     for P in data["workers"]:
         for t, tau in enumerate(data["periods"]):
-            lo = " ".join(f"{_final(R[(P, m)], 'loss')[t].mean():8.4f}±{_final(R[(P, m)], 'loss')[t].std():<8.4f}" for m in methods)
-            ac = " ".join(f"{_final(R[(P, m)], 'accuracy')[t].mean():8.4f}±{_final(R[(P, m)], 'accuracy')[t].std():<8.4f}" for m in methods)
+            lo = " ".join(f"{_final(R[(P, m)], 'loss')[t].mean():8.4f}±{_final(R[(P, m)], 'loss')[t].std(ddof=1):<8.4f}" for m in methods)
+            ac = " ".join(f"{_final(R[(P, m)], 'accuracy')[t].mean():8.4f}±{_final(R[(P, m)], 'accuracy')[t].std(ddof=1):<8.4f}" for m in methods)
             lines.append(f"{P:2d} {tau:2d} {lo}   (loss)")
             lines.append(f"{'':2s} {'':2s} {ac}   (accuracy)")
     configs = [(P, t) for P in data["workers"] for t in range(len(data["periods"]))]
