@@ -328,6 +328,26 @@ def _eta_words(data: dict, label: str) -> str:
     return f"the paper's η = {LR} for every optimiser (untuned)"
 
 
+def _outside(data: dict, label: str) -> str:
+    """At a fixed η (the paper's), the families whose bracketed steps it lies outside, with their
+    tuning scores: there that family trains far from its best, and a comparison with it measures
+    the step as much as the method (empty where no family was tuned, or η lies inside)."""
+    if label == "tuned" or not data.get("brackets"):
+        return ""
+    eta, out = data["eta"][label], []
+    for f, b in data["brackets"].items():
+        lo, hi = min(b["steps"]), max(b["steps"])
+        if not lo <= eta[f] <= hi:
+            edge = lo if eta[f] < lo else hi
+            out.append(f"the {f} family's bracketed steps ({lo:.4g}–{hi:.4g}; the nearest, {edge:.4g}, scored "
+                       f"{b['scores'][b['steps'].index(edge)]:.4f} on the tuning seeds against its best's "
+                       f"{min(b['scores']):.4f})")
+    if not out:
+        return ""
+    return (f"the fixed step η = {eta[next(iter(eta))]:.4g} lies outside " + " and ".join(out) + ": there that family trains far "
+            "from its best, so a comparison with it measures the step as much as the method")
+
+
 def _conditions(data: dict, label: str) -> str:
     resampled = data.get("resample", False)
     return (f"{data['preset']}: {data['dataset']}, P ∈ {{{', '.join(map(str, data['workers']))}}}, "
@@ -339,7 +359,8 @@ def _conditions(data: dict, label: str) -> str:
                f"; a0 calibrated on seed {CALIBRATION_SEED}, disjoint from the reported ones" if resampled else
                "; a0 calibrated on the reported seeds' shared draws (in sample)")
             + ("; this failure model was chosen after deahes-readings, as the one setting where the oracle's mean "
-               "led" if data.get("failures", "iid") == "outages" else ""))
+               "led" if data.get("failures", "iid") == "outages" else "")
+            + (f"; {_outside(data, label)}" if _outside(data, label) else ""))
 
 
 def findings(data: dict) -> str:
@@ -496,6 +517,8 @@ def _judge(data: dict, label: str, lines: list) -> list:
     def below_each(a, others):
         return lambda S, L, P, t: [(f"{a} − {b}", S[P, t, a] - S[P, t, b]) for b in others]
 
+    if _outside(data, label):
+        lines.append("T" + _outside(data, label)[1:] + ".")
     lines.append(f"The paper's claims at {_eta_words(data, label)}, judged by the final training loss: paired "
                  f"differences over the {data['seeds']} seeds (a seed gives every method the same initial model, "
                  "minibatch and probe keys and failure draws, and the methods on disjoint and on overlapping shards "

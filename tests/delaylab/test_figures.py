@@ -680,6 +680,9 @@ def test_deahes_part_equals_a_direct_sweep_and_redraws(tmp_path, monkeypatch):
     assert ("at other steps:" in rows[0]["evidence"] or "depends on the step" in rows[0]["evidence"]
             or rows[0]["verdict"] == "inconclusive")
     assert "at other steps" not in rows[1]["evidence"] and "robustness" not in rows[1]["evidence"]
+    # η = 0.01 lies below the SGD grid (0.03–0.3), inside the AdaHessian one (0.01–0.1): said of SGD only
+    assert "the fixed step η = 0.01 lies outside the SGD family's bracketed steps (0.03–0.3" in rows[1]["conditions"]
+    assert "AdaHessian family's bracketed" not in rows[1]["conditions"] and "lies outside" not in rows[0]["conditions"]
     (out / "deahes.txt").unlink()
     assert cli.main(["figure", "deahes", "--redraw", str(out / "deahes.npz"), "--out", str(out)]) == 0
     assert (out / "deahes.txt").read_text() == text
