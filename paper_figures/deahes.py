@@ -472,11 +472,16 @@ def _judge(data: dict, label: str, lines: list) -> list:
         if missing:
             lines.append(f"- {text}: not judged (this run lacks {', '.join(missing)}).")
             return
-        alias = {m: same_runs(m, semantics) for m in needs if same_runs(m, semantics) in needs}
+        # an oracle reading whose runs are another method's adds no measurement of its own: its
+        # comparisons are that method's (or 0 by construction, where that method is compared too)
+        alias = {m: same_runs(m, semantics) for m in needs if same_runs(m, semantics) is not None}
         if alias:
+            zero = any(a in needs for a in alias.values())
             lines.append(f"- {text}: not judged: under {semantics} failures "
                          + ", ".join(f"{m}'s runs are {a}'s" for m, a in alias.items())
-                         + " (delaylab.deahes.same_runs), so the comparison is 0 by construction.")
+                         + " (delaylab.deahes.same_runs), so "
+                         + ("the comparison is 0 by construction." if zero else
+                            "this reading adds no measurement of its own (its comparisons are that method's)."))
             return
         per = {(P, t): comparisons(seeds, loss, P, t) for P, t in configs}
         steps, tuned, unmeasured = None, False, []

@@ -579,7 +579,7 @@ def test_r5_control_timing_is_exact_and_bad_timing_is_refused():
 
 def test_deahes_part_equals_a_direct_sweep_and_redraws(tmp_path, monkeypatch):
     """DEAHES-O on a tiny configuration (2 workers, τ ∈ {1, 2}, 3 rounds, three of the methods and
-    the "reset where stale" oracle, η picked from 3 steps on 2 tuning seeds): a part equals a direct
+    two oracle readings, η picked from 3 steps on 2 tuning seeds): a part equals a direct
     sweep of its method bit for bit, the SGD family's tuning score is the mean final loss of direct
     runs on the tuning seeds, a0 comes from a direct failure-free run on the first tuning seed, the
     one claim whose methods all ran is judged through the catalogue at both η sets (at tuned η also
@@ -599,12 +599,12 @@ def test_deahes_part_equals_a_direct_sweep_and_redraws(tmp_path, monkeypatch):
 
     tiny = dataclasses.replace(setup.PRESETS["quick"], name="tiny", rounds=3, seeds=2, train_size=192, eval_size=32,
                                test_size=32, periods=(1, 2), tune_seeds=2, tune_workers=(2,), refine=0, max_extend=0,
-                               oracles=("reset where stale",))
+                               oracles=("full reset", "reset where stale"))
     monkeypatch.setitem(deahes.PRESETS, "tiny", tiny)
     monkeypatch.setattr(deahes, "WORKERS", (2,))
-    # three of the six methods (each compiles its own CNN program; EAHES-O also calibrates a0), and
-    # the oracle reading whose runs under suppressed failures are EAHES-O's
-    keep = ("EAMSGD", "EAHES-O", "EAHES-OM (reset where stale)", "DEAHES-O")
+    # three of the six methods (each compiles its own CNN program; EAHES-O also calibrates a0), the
+    # full-reset oracle, and the oracle reading whose runs under suppressed failures are EAHES-O's
+    keep = ("EAMSGD", "EAHES-O", "EAHES-OM", "EAHES-OM (reset where stale)", "DEAHES-O")
     monkeypatch.setattr(deahes, "methods_of", lambda cfg: keep)
     # each family's η scored by one method on a grid of three steps
     monkeypatch.setattr(deahes, "FAMILIES", {"SGD": ("EAMSGD",), "AdaHessian": ("EAHES-O",)})
@@ -657,12 +657,14 @@ def test_deahes_part_equals_a_direct_sweep_and_redraws(tmp_path, monkeypatch):
     text = (out / "deahes.txt").read_text()
     assert "DEAHES-O beats EASGD, EAMSGD, EAHES and EAHES-O: not judged (this run lacks EASGD, EAHES)" in text
     assert "AUC" in text and "on DEAHES-O" in text and "apart)" in text
-    # per η set: DEAHES-O close to the oracle that resets only stale workers (here: none)
+    # per η set: DEAHES-O close to the full-reset oracle; the reading that resets only stale workers
+    # (here: none) runs EAHES-O's runs, adds no measurement and is not judged
     rows = json.loads((out / "deahes.verdicts.json").read_text())
     assert [(r["id"], r["kind"]) for r in rows] == [("deahes-close-to-oracle", "non-inferiority")] * 2
     assert rows[0]["claim"].endswith("at tuned η") and rows[1]["claim"].endswith("at η = 0.01")
-    assert "read as reset where stale" in rows[0]["conditions"] and "never stale" in rows[0]["conditions"]
-    om = "EAHES-OM (reset where stale)"
+    assert all("(full reset)" in r["claim"] and "discards the progress" in r["conditions"] for r in rows)
+    assert text.count("runs are EAHES-O's (delaylab.deahes.same_runs), so this reading adds no measurement") == 2
+    om = "EAHES-OM"
     for label in data["sets"] + [k for k in data["settings"] if k != "tuned"]:
         R = {m: data["runs"][(label, 2, m)]["loss"][0, :, -1].astype(np.float64) for m in ("DEAHES-O", om)}  # τ = 1
         d = (R["DEAHES-O"] - R[om]) / R[om].mean()
