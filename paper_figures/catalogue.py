@@ -229,14 +229,17 @@ def unless_reference_worse(v: Verdict, behind: Sequence[tuple], ref: str, other:
     """A non-inferiority of ``other`` to ``ref`` that holds says nothing of closeness to the best
     where ``ref`` is itself worse than ``other``: ``behind`` gives, per setting, (where, d) with d
     the paired (ref − other) over seeds relative to ref's loss; where some 95% interval lies above
-    0 a holding ``v`` becomes inconclusive, set by the reconstruction (the settings named)."""
+    0, a ``v`` that holds, or whose every comparison holds (another rule, more seeds say, having
+    made it inconclusive), is inconclusive set by the reconstruction: that reason first, the
+    settings named, since no number of seeds would change it."""
     worse = [(where, iv) for where, d in behind for iv in (C.paired_interval(d),) if iv.lo > 0]
-    if v.verdict != C.HOLDS or not worse:
+    held = v.verdict == C.HOLDS or (bool(v.parts) and all(p.verdict == C.HOLDS for p in v.parts))
+    if not held or not worse:
         return v
     why = (f"set by the reconstruction: {ref} is itself worse than {other} at "
            + ", ".join(f"{where} (({ref} − {other}) relative to its loss {iv})" for where, iv in worse)
            + f", so {other} no worse than it says nothing of closeness to the best")
-    return dataclasses.replace(v, verdict=C.INCONCLUSIVE, reason="; ".join(x for x in (v.reason, why) if x))
+    return dataclasses.replace(v, verdict=C.INCONCLUSIVE, reason="; ".join(x for x in (why, v.reason) if x))
 
 
 def _judge(c: Claim, parts, margin: float, level: float, exact: bool):

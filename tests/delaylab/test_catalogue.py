@@ -171,3 +171,22 @@ def test_r6_grid_error_is_the_parabolas_depth_between_the_neighbours():
     # a failing neighbour: the log score change to the finite one
     b = C.Bracket(steps, (math.inf, 10.0, 12.0), 0.2, True, "", 0)
     assert r6.grid_error(b) == pytest.approx(math.log(1.2))
+
+
+def test_a_non_inferiority_to_a_worse_reference_is_set_by_the_reconstruction():
+    """"close to the oracle" (DEAHES-O no worse than the oracle by the margin) says nothing where the
+    oracle is itself significantly worse: whether the verdict held or only its comparisons did (the
+    ten-seed rule having made it inconclusive), it is inconclusive for that reason, named first."""
+    # DEAHES-O − oracle, relative: −0.025 ± 0.0248, below the 2% margin but within two half-widths
+    # of it on 3 seeds (thin); the oracle − DEAHES-O is the same seen from the oracle: above 0
+    near = np.array([-0.035, -0.025, -0.015])
+    v = catalogue.verdict("deahes-close-to-oracle", [("x", near)], margin=0.02, at_tuned_steps=False)
+    assert v.verdict == C.INCONCLUSIVE and all(p.verdict == C.HOLDS for p in v.parts)
+    worse = [("P = 4", -near)]  # oracle − DEAHES-O: the oracle is worse
+    w = catalogue.unless_reference_worse(v, worse, "EAHES-OM", "DEAHES-O")
+    assert w.verdict == C.INCONCLUSIVE and w.reason.startswith("set by the reconstruction: EAHES-OM is itself worse")
+    level = [("P = 4", np.array([0.02, -0.021, 0.001]))]  # not significantly worse: unchanged
+    assert catalogue.unless_reference_worse(v, level, "EAHES-OM", "DEAHES-O") is v
+    far = np.array([0.05, 0.06, 0.055])  # does not hold: unchanged whatever the reference
+    f = catalogue.verdict("deahes-close-to-oracle", [("x", far)], margin=0.02, at_tuned_steps=False)
+    assert catalogue.unless_reference_worse(f, worse, "EAHES-OM", "DEAHES-O") is f
