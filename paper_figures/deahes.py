@@ -419,7 +419,9 @@ def _steps_text(at: dict) -> str:
 
 
 def _reading(label: str, word: str, parts: list) -> str:
-    """One step setting's reading of a claim: its word, its counts and the comparison that decides it."""
+    """One step setting's reading of a claim: its word (marked thin where it rests on comparisons
+    within two half-widths of their bound, :func:`delaylab.claims.thin`), its counts and the
+    comparison that decides it."""
     if all(p.verdict == HOLDS for p in parts):
         p = max(parts, key=_slack)
         ev = f"nearest to failing: {p.name} {p.interval}"
@@ -429,7 +431,8 @@ def _reading(label: str, word: str, parts: list) -> str:
     else:
         p = next(p for p in parts if p.verdict != HOLDS)
         ev = f"e.g. {p.name} {p.interval}"
-    return f"{label}: {word} ({_counts(parts)}; {ev})"
+    thin = " (thin: decided within two half-widths on fewer than 10 seeds)" if claims.thin(word, parts) else ""
+    return f"{label}: {word}{thin} ({_counts(parts)}; {ev})"
 
 
 def _judge(data: dict, label: str, lines: list) -> list:
