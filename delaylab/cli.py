@@ -155,8 +155,8 @@ def _estimate(fig, preset: str, out: str) -> int:
     from delaylab import paper_figures
     fmt = paper_figures.format_seconds
 
-    print(f"{fig.name} --preset {preset}: calibrating (each run compiled and cut after a few segments; "
-          "the numbers the figure prints meanwhile are from cut runs, not results)", flush=True)
+    print(f"{fig.name} --preset {preset}: calibrating (each long run compiled and cut after its first segments; "
+          "numbers the figure prints meanwhile may come from cut runs, not results)", flush=True)
     try:
         e = fig.estimate(preset, out)
     except paper_figures.MixedConvolution as err:
