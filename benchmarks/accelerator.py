@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     else:
         _say("2. block engine: skipped, the budget is spent")
     if left() < 60:
-        _say(f"3. {args.figure} --preset {preset}: skipped, the budget is spent")
+        _say(f"3. {args.figure} --preset {args.preset}: skipped, the budget is spent")
         return 0
     out = args.out or tempfile.mkdtemp(prefix="delaylab-accelerator-")
     # through the command line (benchmarks sit beside the figures, not above them): the estimate

@@ -58,8 +58,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="redraw the figure, CSV and findings text from the .npz an earlier run wrote, "
                         "without computing")
     f.add_argument("--estimate", action="store_true",
-                   help="predict the preset's wall time on this machine from a short calibration (each run's "
-                        "compilation and a few of its segments; parts a stopped run left in --out are reused) and "
+                   help="predict the preset's wall time on this machine from a calibration (each run's "
+                        "compilation, and a long run's first segments; parts a stopped run left in --out are reused) and "
                         "write nothing but the estimate, which the run then reads to show parts and time left")
     return p
 

@@ -360,7 +360,7 @@ def _conditions(data: dict, label: str) -> str:
                "; a0 calibrated on the reported seeds' shared draws (in sample)")
             + ("; this failure model was chosen after deahes-readings, as the one setting where the oracle's mean "
                "led" if data.get("failures", "iid") == "outages" else "")
-            + (f"; {_outside(data, label)}" if _outside(data, label) else ""))
+            + "".join(f"; {x}" for x in (_outside(data, label),) if x))
 
 
 def findings(data: dict) -> str:
@@ -525,8 +525,9 @@ def _judge(data: dict, label: str, lines: list) -> list:
     def below_each(a, others):
         return lambda S, L, P, t: [(f"{a} − {b}", S[P, t, a] - S[P, t, b]) for b in others]
 
-    if _outside(data, label):
-        lines.append("T" + _outside(data, label)[1:] + ".")
+    outside = _outside(data, label)
+    if outside:
+        lines.append(outside[:1].upper() + outside[1:] + ".")
     lines.append(f"The paper's claims at {_eta_words(data, label)}, judged by the final training loss: paired "
                  f"differences over the {data['seeds']} seeds (a seed gives every method the same initial model, "
                  "minibatch and probe keys and failure draws, and the methods on disjoint and on overlapping shards "

@@ -218,12 +218,10 @@ def _probe(program: Program, plan: BlockPlan, segment: Optional[int], probe: Pro
         left = int(plan.events.shape[0]) - done
         last = jax.tree.map(lambda a: np.take(a, [-1], axis=axis), parts[-1])
         parts.append(jax.tree.map(lambda a: np.repeat(a, left, axis=axis), last))
-    c = program.to_host(carry)
-    out = tail_average({"state": c.state, "params": c.last_good, "tail_sum": c.tail_sum,
-                        "tail_weight": c.tail_weight, "stats": c.stat_sums, "bad": c.bad})
+    out = _result(program, carry, first, parts)
     if done < int(plan.events.shape[0]):  # the tail window not reached: the last model stands in for its average
         out["tail"] = jax.tree.map(lambda t, p: np.where(np.isnan(t), np.asarray(p, t.dtype), t), out["tail"], out["params"])
-    return {**out, "metrics": _concat(first, parts, axis)}
+    return out
 
 
 def _concat(first, parts, axis: int):
@@ -301,10 +299,15 @@ def drive(program: Program, plan: BlockPlan, schedule, *, segment: Optional[int]
         if checkpoint is not None and done > saved_done:
             save(done)
         raise
+    return _result(program, carry, first, parts)
+
+
+def _result(program: Program, carry, first, parts) -> dict:
+    """:func:`drive`'s result on the host from the last carry and the metrics of the segments run."""
     c = program.to_host(carry)
     out = tail_average({"state": c.state, "params": c.last_good, "tail_sum": c.tail_sum,
                         "tail_weight": c.tail_weight, "stats": c.stat_sums, "bad": c.bad})
-    return {**out, "metrics": _concat(first, parts, axis)}
+    return {**out, "metrics": _concat(first, parts, program.log_axis)}
 
 
 def fingerprint(alg, problem, schedule, static, hp: dict, keys, plan: BlockPlan, segment: Optional[int], targets: dict,
