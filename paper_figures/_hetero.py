@@ -59,6 +59,7 @@ class Preset:
     refine: int = 1  # experiments 3, 4: bracket refinements once the best is interior
     more_seeds: int = 10  # experiments 3, 4: reported seeds of a claim whose verdict is marginal on `seeds`
     divergence_seeds: int = 12  # experiment 2: its straggler effect is a difference of differences (more seeds)
+    split: str = "iid"  # experiment 3's shards: "iid" or "dirichlet α" (:func:`seeded_problem`)
 
 
 PRESETS = {
