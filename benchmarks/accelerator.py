@@ -62,7 +62,7 @@ def main(argv=None) -> int:
          f"NumPy heap reference {r['ref_events_per_s']:.3g} ev/s: {r['ratio']:.1f}x")
     floor = engine.bench_floor(100)
     _say(f"   floor (draws and products alone) {floor['max_events_per_s']:.3g} ev/s: the engine runs at "
-         f"{r['jax_events_per_s'] / floor['max_events_per_s']:.2f} of it")
+         f"{floor['of_floor']:.2f} of it (timed alternating with them)")
     if left() > 60:
         for b in engine.bench_blocks():
             _say(f"2. block engine, logistic d={b['d']}, {b['events']} events, {b['batching']}: {b['block_s']:.3f} s "

@@ -262,9 +262,12 @@ def make_run(static: Static, hparams, data, x0, key, ev: dict, targets: dict) ->
         # x_before holds until the last arrival of a round; after it the new model holds.
         weights = jnp.where(keep, ev["tail_weight"][e], 0.0)
         w_last = weights[-1]
-        w_rest = jnp.sum(weights) - w_last
-        tail = jax.tree.map(lambda t, a, b: t + w_rest.astype(a.dtype) * a + w_last.astype(b.dtype) * b,
-                            carry.tail_sum, x_before, x)
+        if weights.shape[0] == 1:  # one arrival: no earlier arrival's weight (saves reading x_before)
+            tail = jax.tree.map(lambda t, b: t + w_last.astype(b.dtype) * b, carry.tail_sum, x)
+        else:
+            w_rest = jnp.sum(weights) - w_last
+            tail = jax.tree.map(lambda t, a, b: t + w_rest.astype(a.dtype) * a + w_last.astype(b.dtype) * b,
+                                carry.tail_sum, x_before, x)
         sums = {k: v.at[workers].add(jnp.where(keep, stats[k], 0).astype(v.dtype)) for k, v in carry.stat_sums.items()}
         return Carry(new_state, points, tail, carry.tail_weight + jnp.sum(weights), sums, bad, last_good)
 

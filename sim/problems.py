@@ -163,7 +163,9 @@ def _float_dtype(dtype):
 def _quad_value_and_grad(data, x, worker, key):
     A, b, sigma = data["A"][worker], data["b"][worker], data["noise"]
     r = x - b
-    Ar = A * r if A.ndim == 1 else A @ r
+    # r Aᵀ, not A r: batched over a sweep's runs, XLA then multiplies the [runs, d] points by Aᵀ as
+    # one product, transposing the d × d A_i once instead of the points and the result.
+    Ar = A * r if A.ndim == 1 else r @ A.T
     loss = 0.5 * jnp.dot(r, Ar)
     # Isotropic gradient noise of total variance σ² (covariance σ²/d · I), docs/theory.md §5.
     xi = jax.random.normal(key, x.shape, dtype=x.dtype)
