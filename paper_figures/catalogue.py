@@ -79,7 +79,7 @@ CLAIMS: dict = {c.id: c for c in (
           "step", C.EQUIVALENCE, "γ → 0", "σ and γ ≤ 0.004", margin="±5% on the ratio (log scale)"),
     Claim("rescaled-malenia-bounded", f"{_MAHRAN}, stated complexity (docs/theory.md §8.1)", "T_Rescaled/T_Malenia "
           "stays bounded as ε → 0", C.TREND, "ε → 0", "speed spreads of one regime",
-          tuned=True),
+          tuned=True, common_step=False),
     Claim("fig-b-ranking", f"{_MAHRAN}, poster Fig. B", "Rescaled below Ringleader below Malenia in training loss",
           C.ORDERING, "the end of the figure's horizon", "the three methods' consecutive pairs",
           reconstructions=("the data (Fashion-MNIST in MNIST format), model, n = 100 and Dirichlet 0.1 split",

@@ -30,7 +30,6 @@ LOG_POINTS, SMOOTH = 400, 5
 SLOPE_BOUND = 0.25
 REFINE = 2  # rounds of refinement around the bracketed best step (delaylab.claims.bracket)
 LONGER = 2  # times the horizon may be made 4× longer for a method that misses ε on some seed
-HORIZON_POWER = 2  # E(ε) = events · (ε_0/ε)^HORIZON_POWER: the nonconvex worst case's 1/ε²
 CLAIM = ("Rescaled", "Malenia")
 
 
@@ -47,18 +46,54 @@ class Preset:
     report_seeds: int
     grid: tuple  # the starting step grid (per-update γ; round methods: γ·n)
     max_extend: int = 3
+    # E(ε) = events · (ε_0/ε)^horizon_power, made 4× longer up to LONGER times for a method that
+    # misses ε: 2 is the nonconvex worst case's 1/ε²; 1 the growth measured near a nondegenerate
+    # minimiser, with the two retries (4² = (ε_0/ε)^1 at ε_0/16) reaching the worst case's horizon
+    # only where a method needs it. A shorter horizon cannot hide a better step: a step that misses
+    # ε within it is slower than one that reaches it.
+    horizon_power: int = 2
+    profiles: tuple = ("even",)  # τ profiles (:func:`taus_of`)
 
 
-METHODS = ("Rescaled", "Malenia", "Ringleader", "IA²SGD", "vanilla", "minibatch")
+METHODS = ("Rescaled", "Malenia", "Ringleader", "IA²SGD", "vanilla", "Rennala", "minibatch")
 LABELS = {"Rescaled": "Rescaled ASGD", "Malenia": "Malenia SGD (S = n)", "Ringleader": "Ringleader ASGD",
+          "Rennala": "Rennala SGD (S = n)",
           "IA²SGD": "IA²SGD", "vanilla": "vanilla ASGD", "minibatch": "minibatch SGD"}
 
 PRESETS = {
     "quick": Preset("quick", problems=("nonconvex",), workers=(8,), spreads=(2, 8, 32, 128), methods=CLAIM,
                     eps_steps=4, events=1000, tune_seeds=3, report_seeds=5, grid=(0.001, 0.003, 0.01, 0.03)),
     "full": Preset("full", problems=("nonconvex", "quadratic"), workers=(8, 32), spreads=(2, 8, 32, 128),
-                   methods=METHODS, eps_steps=5, events=1500, tune_seeds=4, report_seeds=8, grid=(0.001, 0.003, 0.01, 0.03)),
+                   methods=METHODS[:-1], eps_steps=5, events=1500, tune_seeds=4, report_seeds=10,
+                   grid=(0.001, 0.003, 0.01, 0.03), horizon_power=1, profiles=("even", "double-max")),
 }
+PROFILES = {"even": "τ_i evenly spaced from 1 to τ_n/τ_1",
+            "double-max": "the even profile's τ_A with twice its τ_max: one worker at 2·τ_n/τ_1, the others evenly "
+                          "spaced from 1"}
+
+
+def taus_of(profile: str, n: int, spread: float) -> np.ndarray:
+    """The workers' computation times: "even", τ_i evenly spaced from 1 to ``spread``; "double-max",
+    the same mean τ_A = (1 + spread)/2 with τ_max = 2·spread: one worker there, the other n − 1
+    evenly spaced from 1 to the b that keeps the mean (b ≥ 1 for every n ≥ 2 and spread ≥ 1 here).
+    Two profiles of one τ_A and different τ_max tell a ratio that stays bounded from one that tends
+    to a constant set by τ_max (Rescaled ASGD's lower-order terms carry τ_max/τ_H, docs/theory.md §8.1)."""
+    even = np.linspace(1.0, float(spread), n)
+    if profile == "even":
+        return even
+    if profile != "double-max":
+        raise ValueError(f"unknown τ profile {profile!r}; allowed: {sorted(PROFILES)}")
+    rest = (n * even.mean() - 2.0 * spread) / (n - 1)  # the other workers' mean
+    b = 2.0 * rest - 1.0
+    if b < 1.0:
+        raise ValueError(f"no double-max profile for n = {n}, spread {spread}: the others' times would fall below 1")
+    return np.r_[np.linspace(1.0, b, n - 1), 2.0 * float(spread)]
+
+
+def key5(key: tuple) -> tuple:
+    """A setting's key as (problem, n, regime, spread, profile): data stored before profiles were
+    added keyed the even profile by the first four."""
+    return tuple(key) if len(key) == 5 else (*key, "even")
 
 
 def _algorithm(method: str, taus: np.ndarray):
@@ -71,6 +106,7 @@ def _algorithm(method: str, taus: np.ndarray):
         "Ringleader": (algos.ringleader_asgd(stepsize=0.01), "async", 1.0),
         "IA²SGD": (algos.ia2sgd(stepsize=0.01), "async", 1.0),
         "vanilla": (algos.asgd(stepsize=0.01), "async", 1.0),
+        "Rennala": (algos.rennala_sgd(stepsize=0.05, batch=n), "async", float(n)),
         "minibatch": (algos.minibatch_sgd(stepsize=0.05), "barrier", float(n)),
     }[method]
 
@@ -79,10 +115,12 @@ def eps_levels(sigma2: float, steps: int) -> np.ndarray:
     return sigma2 * 0.1 * 0.5 ** np.arange(steps)
 
 
-def _setting(p: Preset, problem_kind: str, n: int, regime: str, spread: float) -> dict:
-    """One setting: every method's bracketed step and time to every ε, on tuning and reported seeds."""
+def _setting(p: Preset, problem_kind: str, n: int, regime: str, spread: float, profile: str = "even") -> dict:
+    """One setting: every method's bracketed step and time to every ε, on tuning and reported seeds.
+    The problem instance depends on (problem, n, regime, spread) only, so the two τ profiles of a
+    spread run on one instance."""
     sigma2, zeta2 = REGIMES[regime]
-    taus = np.linspace(1.0, float(spread), n)
+    taus = taus_of(profile, n, spread)
     instance_seed = claims.seed_sources(0, [f"{problem_kind} n{n} {regime} {spread}"])[f"{problem_kind} n{n} {regime} {spread}"]
     prob = sim.problems.nonconvex_quadratic(n, D, penalty=PENALTY if problem_kind == "nonconvex" else 0.0,
                                             heterogeneity=zeta2, noise=math.sqrt(sigma2), x0=np.ones(D),
@@ -95,8 +133,14 @@ def _setting(p: Preset, problem_kind: str, n: int, regime: str, spread: float) -
         alg, kind, scale = _algorithm(m, taus)
         per_eps = []
         for e in eps:
+            if per_eps and not np.isfinite(min(per_eps[-1]["scores"], default=math.inf)):
+                # it missed a larger ε at every step it tried, at the longest horizon: a smaller ε is
+                # not run (a method biased under heterogeneity, Rennala's weighting, would spend the
+                # longest horizons on every ε below its floor)
+                per_eps.append(_not_run(per_eps[-1], len(report)))
+                continue
             for longer in range(LONGER + 1):  # the horizon, ×4 while the method misses ε on some seed
-                events = int(math.ceil(p.events * (eps[0] / e) ** HORIZON_POWER)) * 4 ** longer
+                events = int(math.ceil(p.events * (eps[0] / e) ** p.horizon_power)) * 4 ** longer
                 entry = _bracketed(alg, kind, scale, prob, taus, keys, len(tune), e, events, p)
                 if np.isfinite(min(entry["scores"])) and np.all(np.isfinite(entry["report"])):
                     break
@@ -104,6 +148,13 @@ def _setting(p: Preset, problem_kind: str, n: int, regime: str, spread: float) -
         out["methods"][m] = per_eps
     out["sigma2"], out["zeta2"] = sigma2, zeta2
     return out
+
+
+def _not_run(missed: dict, report_seeds: int) -> dict:
+    """The entry of an ε not run after ``missed``, a larger ε reached at no step (times inf)."""
+    return {"step": missed["step"], "interior": False, "edge": missed["edge"],
+            "note": "not run: a larger ε was reached at no step", "report": np.full(report_seeds, np.inf),
+            "steps": [], "scores": [], "events": 0, "horizon": 0.0, "report_all": np.zeros((0, report_seeds))}
 
 
 def _bracketed(alg, kind, scale, prob, taus, keys, n_tune, e, events, p) -> dict:
@@ -122,12 +173,17 @@ def _bracketed(alg, kind, scale, prob, taus, keys, n_tune, e, events, p) -> dict
         return cache[g]
 
     b = claims.bracket(lambda g: float(np.median(times(g)[:n_tune])), p.grid, max_extend=p.max_extend, refine=REFINE)
+    # every evaluated step's times on the reported seeds too (each sweep ran all seeds): the
+    # readings at the tuned steps' neighbours cost no run
     return {"step": b.best, "interior": b.interior, "edge": b.edge, "note": b.note(), "report": times(b.best)[n_tune:],
-            "steps": list(b.steps), "scores": list(b.scores), "events": events, "horizon": float(sched.end_time)}
+            "steps": list(b.steps), "scores": list(b.scores), "events": events, "horizon": float(sched.end_time),
+            "report_all": np.stack([times(g)[n_tune:] for g in b.steps])}
 
 
 def _settings(p: Preset) -> list:
-    return [(k, n, r, s) for k in p.problems for n in p.workers for r in REGIMES for s in p.spreads]
+    """Every setting's key: (problem, n, regime, spread), with the profile fifth where it is not "even"."""
+    return [(k, n, r, s) if prof == "even" else (k, n, r, s, prof)
+            for k in p.problems for n in p.workers for r in REGIMES for s in p.spreads for prof in p.profiles]
 
 
 def compute(preset: Preset, parts: Parts, progress: bool = True) -> dict:
@@ -180,12 +236,14 @@ def compute(preset: Preset, parts: Parts, progress: bool = True) -> dict:
       theory's own shape for the ratio (the two upper bounds with constants 1) beside it, as a shape."""
     out = {"preset": preset.name, "settings": {}, "config": dataclasses.asdict(preset)}
     todo = _settings(preset)
-    for i, (k, n, r, s) in enumerate(todo):
-        got, reused = parts.get(f"{k}_n{n}_{r}_{s}", dict(preset=preset, setting=[k, n, r, s]),
-                                lambda: _setting(preset, k, n, r, s))
-        out["settings"][(k, n, r, s)] = got
+    for i, key in enumerate(todo):
+        k, n, r, s, prof = key5(key)
+        tag = "" if prof == "even" else f"_{prof}"
+        got, reused = parts.get(f"{k}_n{n}_{r}_{s}{tag}", dict(preset=preset, setting=list(key)),
+                                lambda: _setting(preset, k, n, r, s, prof))
+        out["settings"][key] = got
         if progress:
-            print(f"  r4 [{i + 1}/{len(todo)}] {k}, n = {n}, {r}, τ_n/τ_1 = {s}: "
+            print(f"  r4 [{i + 1}/{len(todo)}] {k}, n = {n}, {r}, τ_n/τ_1 = {s}, {prof}: "
                   + ("stored part reused" if reused else f"{float(got['seconds']):.0f} s"), flush=True)
     return out
 
@@ -209,7 +267,7 @@ def ratio_claim(setting: dict) -> dict:
     at its grid's edge."""
     R, M = setting["methods"]["Rescaled"], setting["methods"]["Malenia"]
     eps = np.asarray(setting["eps"])
-    none = {"d": np.zeros(0), "brackets": [], "eps": [], "ratio": None, "slope": None}
+    none = {"d": np.zeros(0), "brackets": [], "eps": [], "ratio": None, "slope": None, "readings": {}}
     both = [j for j in range(len(eps)) if np.all(np.isfinite(R[j]["report"])) and np.all(np.isfinite(M[j]["report"]))]
     if len(both) < 3:
         return {**none, "why": f"both reach only {len(both)} of the ε levels on every seed"}
@@ -224,20 +282,42 @@ def ratio_claim(setting: dict) -> dict:
     x = np.log(1.0 / eps[use])
     xc = x - x.mean()
     slopes = (xc @ (logr - logr.mean(0))) / (xc @ xc)  # per seed
-    brackets = [claims.Bracket.from_stored(e[j], best="step") for e in (R, M) for j in use]
+    keyed = {(m, j): claims.Bracket.from_stored(e[j], best="step") for m, e in (("Rescaled", R), ("Malenia", M))
+             for j in use}
+    brackets = list(keyed.values())
     why = claims.gated(claims.HOLDS, brackets)[1]  # the reason an edge step gives, if any
+    readings = {}  # step setting -> the slopes minus SLOPE_BOUND there (empty: a time not reached)
+    if all("report_all" in e[j] for e in (R, M) for j in use):
+        for label, at in claims.step_settings(keyed, common=False).items():
+            if label != "tuned":
+                with np.errstate(divide="ignore", invalid="ignore"):  # a time not reached: inf
+                    lr = np.log(np.stack([_times_at(R[j], at["Rescaled", j]) / _times_at(M[j], at["Malenia", j])
+                                          for j in use]))
+                readings[label] = ((xc @ (lr - lr.mean(0))) / (xc @ xc) - SLOPE_BOUND if np.all(np.isfinite(lr))
+                                   else np.zeros(0))
     last = claims.paired_interval(logr[-1])
     shape = _bound_shape("Rescaled", np.asarray(setting["taus"]), setting["sigma2"], setting["zeta2"], eps[use]) / \
         _bound_shape("Malenia", np.asarray(setting["taus"]), setting["sigma2"], setting["zeta2"], eps[use])
     shape_slope = float(np.polyfit(x, np.log(shape), 1)[0])
     return {"d": slopes - SLOPE_BOUND, "brackets": brackets, "why": why, "eps": eps[use].tolist(),
             "slope": claims.paired_interval(slopes), "ratio": (math.exp(last.mean), math.exp(last.lo), math.exp(last.hi)),
-            "shape_slope": shape_slope}
+            "shape_slope": shape_slope, "readings": readings}
+
+
+def _times_at(entry: dict, g: float) -> np.ndarray:
+    """The reported seeds' times to ε at step ``g`` of ``entry``'s bracket (``report_all``)."""
+    steps = np.asarray(entry["steps"], np.float64)
+    i = int(np.argmin(np.abs(np.log(steps) - math.log(g))))
+    if not math.isclose(steps[i], g, rel_tol=1e-9):
+        raise KeyError(f"step {g} was not evaluated (evaluated: {steps.tolist()})")
+    return np.asarray(entry["report_all"][i], np.float64)
 
 
 def _label(data: dict, key: tuple) -> str:
     cfg = data["config"]
-    return f"τ_n/τ_1 = {key[3]}" + (f" (n = {key[1]}, {key[0]})" if len(cfg["workers"]) > 1 or len(cfg["problems"]) > 1 else "")
+    k, n, _, s, prof = key5(key)
+    return (f"τ_n/τ_1 = {s}" + ("" if prof == "even" else f", {prof}")
+            + (f" (n = {n}, {k})" if len(cfg["workers"]) > 1 or len(cfg["problems"]) > 1 else ""))
 
 
 def regime_verdict(data: dict, regime: str):
@@ -246,7 +326,10 @@ def regime_verdict(data: dict, regime: str):
     got = [(key, ratio_claim(st)) for key, st in data["settings"].items() if key[2] == regime]
     if not got:
         return None, []
-    v = catalogue.verdict(CLAIM_ID, [(_label(data, key), c["d"]) for key, c in got],
+    labels = sorted({lb for _, c in got for lb in c["readings"]})
+    steps = None if not labels else {"neighbours": {
+        lb.split()[-1]: [(_label(data, key), c["readings"].get(lb, np.zeros(0))) for key, c in got] for lb in labels}}
+    v = catalogue.verdict(CLAIM_ID, [(_label(data, key), c["d"]) for key, c in got], steps=steps,
                           gate=[b for _, c in got for b in c["brackets"]])
     return v, got
 
@@ -257,28 +340,36 @@ def findings(data: dict) -> str:
              + (f" and {', '.join(LABELS[m] for m in cfg['methods'] if m not in CLAIM)}" if len(cfg["methods"]) > 2 else "")
              + f"; d = {D}, λ = {PENALTY:g} (nonconvex); steps bracketed per method and ε on {cfg['tune_seeds']} "
              f"tuning seeds, times on {cfg['report_seeds']} other seeds (gradient noise; instance fixed per setting); "
-             f"horizon {cfg['events']}·(ε_0/ε)² events; ‖∇F‖² smoothed over {SMOOTH} of {LOG_POINTS} log points, "
-             "crossing interpolated.",
+             f"horizon {cfg['events']}·(ε_0/ε)^{cfg.get('horizon_power', 2)} events (×4, up to {LONGER} times, for a "
+             f"method that misses ε); ‖∇F‖² smoothed over {SMOOTH} of {LOG_POINTS} log points, crossing interpolated. "
+             "τ profiles: " + "; ".join(f"{pr}: {PROFILES[pr]}" for pr in cfg.get("profiles", ("even",))) + ".",
              f"Claim: T_Rescaled/T_Malenia bounded as ε → 0, judged per regime by the slope of the log ratio against "
              f"log(1/ε) over the three smallest ε both reach, per seed, minus {SLOPE_BOUND} (a trend: each setting's 95% "
              "t interval over seeds below 0 for the regime to hold, one above 0 at the Bonferroni level for it not to). "
-             "Between tuned methods, so inconclusive until a common step and the tuned steps' neighbours are measured. "
-             "Per setting: its part's reading at the tuned steps. Theory's shape: the slope of the two bounds' ratio "
-             "with constants 1."]
+             "Between tuned methods: decided only where the tuned steps and both sets of the tuned steps' grid "
+             "neighbours (every cell one refined step below, or above, its best; the two methods' steps have no "
+             "common scale) give one word. Per setting: its part's reading at the tuned steps, then at the "
+             "neighbours. Theory's shape: the slope of the two bounds' ratio with constants 1."]
     for r in REGIMES:
         v, got = regime_verdict(data, r)
         if v is None:
             continue
-        for ((k, n, rr, s), c), part in zip(got, v.parts):
-            st = data["settings"][(k, n, rr, s)]
+        for (key, c), part in zip(got, v.parts):
+            k, n, rr, s, prof = key5(key)
+            st = data["settings"][key]
+            where = f"{k}, n = {n}, {rr}, τ_n/τ_1 = {s}" + ("" if prof == "even" else f", {prof}")
             if c["ratio"] is None:
-                lines.append(f"  {k}, n = {n}, {rr}, τ_n/τ_1 = {s}: {part.verdict} ({c['why']})")
+                lines.append(f"  {where}: {part.verdict} ({c['why']})")
                 continue
             ratio = c["ratio"]
-            lines.append(f"  {k}, n = {n}, {rr} (σ² = {st['sigma2']:g}, ζ² = {st['zeta2']:g}), τ_n/τ_1 = {s}: "
+            nb = "; ".join(f"{lb}: slope − {SLOPE_BOUND} " + (str(claims.paired_interval(d)) if d.size else
+                                                              "not measured (a time not reached)")
+                           for lb, d in c["readings"].items())
+            lines.append(f"  {where} (σ² = {st['sigma2']:g}, ζ² = {st['zeta2']:g}): "
                          f"{part.verdict}; slope {c['slope']} (theory's shape {c['shape_slope']:+.2f}) over ε = "
                          f"{', '.join(f'{e:.3g}' for e in c['eps'])}; ratio at ε = {c['eps'][-1]:.3g}: {ratio[0]:.2f} "
-                         f"[{ratio[1]:.2f}, {ratio[2]:.2f}]" + (f"; {c['why']}" if c["why"] else ""))
+                         f"[{ratio[1]:.2f}, {ratio[2]:.2f}]" + (f"; at the {nb}" if nb else "")
+                         + (f"; {c['why']}" if c["why"] else ""))
         words = [p.verdict for p in v.parts]
         lines.append(f"Regime {r}: {v.verdict} over its {len(words)} settings "
                      f"({words.count(claims.HOLDS)} hold, {words.count(claims.FAILS)} do not, "
@@ -290,10 +381,11 @@ def findings(data: dict) -> str:
         lines.append(f"Resolution: every median time reported spans at least {min(spans):.1f} log intervals of its run "
                      "(crossings are interpolated within an interval).")
     lines.append("Times to ε on the reported seeds (median; step chosen on the tuning seeds; * = step at a grid edge):")
-    for (k, n, r, s), st in data["settings"].items():
+    for key, st in data["settings"].items():
+        k, n, r, s, prof = key5(key)
         for m, per in st["methods"].items():
             cells = " ".join(f"{np.median(e['report']):9.4g}{'*' if not e['interior'] else ' '}" for e in per)
-            lines.append(f"  {k:9s} n={n:<3d} {r:13s} {s:>4}  {LABELS[m]:22s}{cells}")
+            lines.append(f"  {k:9s} n={n:<3d} {r:13s} {s:>4} {prof:10s} {LABELS[m]:22s}{cells}")
     return "\n".join(lines) + "\n"
 
 
@@ -323,8 +415,11 @@ def verdicts(data: dict) -> list:
         out.append(v.row(f"T_Rescaled/T_Malenia stays bounded as ε → 0 ({r} regime: σ² = {REGIMES[r][0]:g}, "
                          f"ζ² = {REGIMES[r][1]:g}); slope of the log ratio against log(1/ε) below {SLOPE_BOUND}", ev,
                          f"{data['preset']}: {', '.join(cfg['problems'])}, n ∈ {{{', '.join(map(str, cfg['workers']))}}}, "
-                         f"steps bracketed per ε on {cfg['tune_seeds']} tuning seeds (no runs at a common step or at "
-                         f"the tuned steps' neighbours), {cfg['report_seeds']} reported seeds (gradient noise)"))
+                         f"τ profiles {', '.join(cfg.get('profiles', ('even',)))}, steps bracketed per ε on "
+                         f"{cfg['tune_seeds']} tuning seeds"
+                         + ("" if any(c["readings"] for _, c in got) else
+                            " (no runs at the tuned steps' neighbours)")
+                         + f", {cfg['report_seeds']} reported seeds (gradient noise)"))
     return out
 
 
@@ -345,10 +440,11 @@ def plot(data: dict, path: str) -> None:
             R, M = st["methods"]["Rescaled"], st["methods"]["Malenia"]
             ratio = [np.exp(np.mean(np.log(np.asarray(a["report"]) / np.asarray(b["report"]))))
                      if np.all(np.isfinite(a["report"])) and np.all(np.isfinite(b["report"])) else np.nan for a, b in zip(R, M)]
-            ax.plot(1 / eps, ratio, "o-", ms=3, label=f"{key[0]}, n = {key[1]}, τ_n/τ_1 = {key[3]}")
+            ax.plot(1 / eps, ratio, "o-" if key5(key)[4] == "even" else "s--", ms=3, label=_label(data, key))
         _log_axes(ax, "T_Rescaled / T_Malenia (geometric mean over seeds)", f"{r} regime")
         ax = axes[1, c]  # times at the largest spread of the first problem and n
-        key = max((k for k in keys if k[2] == r), key=lambda k: (k[0] == keys[0][0], k[1] == keys[0][1], k[3]))
+        key = max((k for k in keys if k[2] == r),
+                  key=lambda k: (k[0] == keys[0][0], k[1] == keys[0][1], k[3], key5(k)[4] == "even"))
         st = data["settings"][key]
         eps = np.asarray(st["eps"])
         for m, per in st["methods"].items():
@@ -358,17 +454,18 @@ def plot(data: dict, path: str) -> None:
         if np.isfinite(mal[0]):
             ax.plot(1 / eps, shape * mal[0] / shape[0], "k--", lw=1,
                     label="T_heter's shape (no constants), anchored at Malenia's first point")
-        _log_axes(ax, "simulated time to ε (median)", f"{key[0]}, n = {key[1]}, τ_n/τ_1 = {key[3]}")
+        _log_axes(ax, "simulated time to ε (median)", f"{key[0]}, n = {key[1]}, " + _label(data, key))
     fig.suptitle("R4: Rescaled ASGD against Malenia SGD as ε → 0 (steps bracketed per ε)", fontsize=10)
     save_figure(fig, path)
 
 
 def rows(data: dict) -> list[dict]:
     out = []
-    for (k, n, r, s), st in data["settings"].items():
+    for key, st in data["settings"].items():
+        k, n, r, s, prof = key5(key)
         for m, per in st["methods"].items():
             for e, entry in zip(st["eps"], per):
-                out.append({"problem": k, "n": n, "regime": r, "spread": s, "method": m, "eps": float(e),
+                out.append({"problem": k, "n": n, "regime": r, "spread": s, "profile": prof, "method": m, "eps": float(e),
                             "step": float(entry["step"]), "interior": int(bool(entry["interior"])),
                             "median_time": float(np.median(entry["report"]))})
     return out
