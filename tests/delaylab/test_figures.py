@@ -332,16 +332,48 @@ def test_r4_an_edge_step_or_a_level_only_malenia_reaches_makes_the_verdict_incon
     assert "τ_n/τ_1 = 8: Malenia reaches ε = 0.0125 on every seed, Rescaled not on 1 of 5" in row["evidence"]
 
 
+def _with_neighbours(st: dict, slope_at: dict) -> dict:
+    """``st`` with every evaluated step's reported times (``report_all``): at the tuned step its
+    own, at the lower / upper neighbour Rescaled's times tilted to the slope ``slope_at["−"]`` /
+    ``slope_at["+"]`` (Malenia's the same at every step)."""
+    eps = np.asarray(st["eps"])
+    for m, per in st["methods"].items():
+        for e, entry in zip(eps, per):
+            tilt = {side: (0.1 / e) ** slope_at[side] if m == "Rescaled" else 1.0 for side in ("−", "+")}
+            t = np.asarray(entry["report"])
+            entry.update(report_all=np.stack([t * tilt["−"], t, t * tilt["+"]]), horizon=1e4)
+    return st
+
+
+def test_r4_the_verdict_reads_the_tuned_steps_grid_neighbours_from_the_stored_runs():
+    from delaylab.paper_figures import r4_time_to_eps as r4
+
+    # 10 seeds, slope 0 at the tuned steps: the neighbours agree (slopes 0 there too) -> holds
+    st = _with_neighbours(_r4_setting(0.0, seeds=10, noise=0.01), {"−": 0.0, "+": 0.0})
+    c = r4.ratio_claim(st)
+    assert sorted(c["readings"]) == ["neighbours +", "neighbours −"]
+    v, _ = r4.regime_verdict(_r4_data(st), "noise")
+    assert v.verdict == "holds", v.reason
+    # at the upper neighbours Rescaled's ratio grows like ε^-0.6: it depends on the step
+    st = _with_neighbours(_r4_setting(0.0, seeds=10, noise=0.01), {"−": 0.0, "+": 0.6})
+    c = r4.ratio_claim(st)
+    assert np.mean(c["readings"]["neighbours +"]) == pytest.approx(0.6 - r4.SLOPE_BOUND, abs=0.05)
+    v, _ = r4.regime_verdict(_r4_data(st), "noise")
+    assert v.verdict == "inconclusive" and v.reason.startswith("depends on the step")
+    assert "neighbours +" in r4.findings({**_r4_data(st), "config": {**_r4_data(st)["config"], "methods": r4.CLAIM,
+                                                                     "events": 100}})
+
+
 def test_r4_runs_through_the_cli_with_steps_that_bracket(tmp_path, monkeypatch):
     from delaylab.paper_figures import r4_time_to_eps as r4
 
     # each horizon compiles a program of its own: one horizon for every ε (the test checks the
     # pipeline and the bracketing, not the times)
     monkeypatch.setattr(r4, "LONGER", 0)
-    monkeypatch.setattr(r4, "HORIZON_POWER", 0)
 
     _run_small("r4", r4.Preset("test", problems=("nonconvex",), workers=(4,), spreads=(4,), methods=r4.CLAIM, eps_steps=3,
-                               events=800, tune_seeds=2, report_seeds=3, grid=(0.003, 0.01, 0.03)), tmp_path, monkeypatch)
+                               events=800, tune_seeds=2, report_seeds=3, grid=(0.003, 0.01, 0.03), horizon_power=0),
+               tmp_path, monkeypatch)
     rows = np.genfromtxt(tmp_path / "r4_time_to_eps.csv", delimiter=",", names=True, dtype=None, encoding="utf-8")
     assert len(rows) == 2 * 2 * 3  # regimes × methods × ε
     text = (tmp_path / "r4_time_to_eps.txt").read_text()
