@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Optional
 
 import jax
 import numpy as np
@@ -53,6 +54,7 @@ class Preset:
     # ε within it is slower than one that reaches it.
     horizon_power: int = 2
     profiles: tuple = ("even",)  # τ profiles (:func:`taus_of`)
+    other_spreads: Optional[tuple] = None  # the spreads the profiles besides "even" run at (None: all)
 
 
 METHODS = ("Rescaled", "Malenia", "Ringleader", "IA²SGD", "vanilla", "Rennala", "minibatch")
@@ -63,9 +65,12 @@ LABELS = {"Rescaled": "Rescaled ASGD", "Malenia": "Malenia SGD (S = n)", "Ringle
 PRESETS = {
     "quick": Preset("quick", problems=("nonconvex",), workers=(8,), spreads=(2, 8, 32, 128), methods=CLAIM,
                     eps_steps=4, events=1000, tune_seeds=3, report_seeds=5, grid=(0.001, 0.003, 0.01, 0.03)),
-    "full": Preset("full", problems=("nonconvex", "quadratic"), workers=(8, 32), spreads=(2, 8, 32, 128),
+    # full: 2 problems × n ∈ {8, 32} × 2 regimes × (3 even spreads + 2 double-max ones) = 40 settings,
+    # about 3 min each on 2 cores (benchmarks/RESULTS.md)
+    "full": Preset("full", problems=("nonconvex", "quadratic"), workers=(8, 32), spreads=(2, 8, 128),
                    methods=METHODS[:-1], eps_steps=5, events=1500, tune_seeds=4, report_seeds=10,
-                   grid=(0.001, 0.003, 0.01, 0.03), horizon_power=1, profiles=("even", "double-max")),
+                   grid=(0.001, 0.003, 0.01, 0.03), horizon_power=1, profiles=("even", "double-max"),
+                   other_spreads=(8, 128)),
 }
 PROFILES = {"even": "τ_i evenly spaced from 1 to τ_n/τ_1",
             "double-max": "the even profile's τ_A with twice its τ_max: one worker at 2·τ_n/τ_1, the others evenly "
@@ -183,7 +188,8 @@ def _bracketed(alg, kind, scale, prob, taus, keys, n_tune, e, events, p) -> dict
 def _settings(p: Preset) -> list:
     """Every setting's key: (problem, n, regime, spread), with the profile fifth where it is not "even"."""
     return [(k, n, r, s) if prof == "even" else (k, n, r, s, prof)
-            for k in p.problems for n in p.workers for r in REGIMES for s in p.spreads for prof in p.profiles]
+            for k in p.problems for n in p.workers for r in REGIMES for s in p.spreads for prof in p.profiles
+            if prof == "even" or p.other_spreads is None or s in p.other_spreads]
 
 
 def compute(preset: Preset, parts: Parts, progress: bool = True) -> dict:
