@@ -508,6 +508,17 @@ def _judge(data: dict, label: str, lines: list) -> list:
         got = {key: [next(it) for _ in per[key]] for key in configs}
         lines.append(f"- {text}: {v.verdict} ({_counts(v.parts)}, over {len(configs)} settings"
                      + (f"; {v.reason}" if v.reason else "") + ").")
+        p0 = v.parts[0] if v.parts else None
+        if p0 is not None and 2 <= p0.interval.n < 10:
+            n = p0.interval.n
+            se = [abs(p.interval.mean - p.margin) / (p.interval.half / claims.decisive_t(n, p.level) * 2)
+                  for p in v.parts if p.interval.half > 0]
+            lines.append(f"    (on {n} seeds a word stands, not thin, only where a comparison's mean lies at least "
+                         f"{claims.decisive_t(n, p0.level):.1f} standard errors from its bound to hold, and "
+                         f"{claims.decisive_t(n, p0.corrected_level):.0f} at the level corrected over the claim's "
+                         f"{len(v.parts)} comparisons not to hold"
+                         + (f"; the farthest of its comparisons here lies {max(se):.1f} standard errors from it" if se
+                            else "") + "; from 10 seeds on the two-half-width rule no longer applies)")
         for (P, t), ps in got.items():
             lines.append(f"    P = {P}, τ = {data['periods'][t]}: " + _shown(ps))
         for lab, (word, ps) in (v.readings or {}).items() if label == "tuned" and data.get("settings") else ():

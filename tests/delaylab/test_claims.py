@@ -377,3 +377,18 @@ def test_first_crossing_interpolates_the_smoothed_curve():
     assert V.first_crossing(t, diverged, 5.0, 3) == np.inf
     with pytest.raises(ValueError, match="smooth must be a positive integer"):
         V.first_crossing(t, v, 1.0, 0)
+
+
+def test_decisive_t_is_the_distance_at_which_a_word_stops_being_marginal():
+    from scipy import stats
+
+    assert V.decisive_t(3, 0.95) == pytest.approx(2 * stats.t.ppf(0.975, 2))  # 8.61
+    assert V.decisive_t(1, 0.95) == float("inf")
+    # three seeds of spread s = 1 (SE = 1/√3) around a mean a little inside and a little outside
+    # decisive_t standard errors: marginal, then not
+    base = np.array([-1.0, 0.0, 1.0])
+    se = 1.0 / np.sqrt(3.0)
+    for factor, marginal in ((0.95, True), (1.05, False)):
+        d = -(factor * V.decisive_t(3, 0.95) * se) + base
+        (verdict, parts) = V.conjunction([("a", "below", d, 0.0)])
+        assert verdict == "holds" and bool(V.marginal(parts, seeds=10)) is marginal
