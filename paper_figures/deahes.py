@@ -37,6 +37,19 @@ from delaylab.paper_figures._output import save_figure
 EQUAL_MARGIN = 0.02  # "close": 2% of the oracle's loss, the margin of deahes-readings' sanity check
 
 
+def _constants() -> dict:
+    """The module constants a run's texts print, stored with its data so that a text redrawn later
+    prints the run's own values."""
+    return {"lr": LR, "kappa": KAPPA, "failure_p": FAILURE_P, "calibration_seed": CALIBRATION_SEED,
+            "equal_margin": EQUAL_MARGIN}
+
+
+def _const(data: dict, name: str):
+    """Constant ``name`` of the run behind ``data`` (data stored before the constants were kept:
+    the code's value, which they were computed with)."""
+    return data.get("constants", {}).get(name, _constants()[name])
+
+
 def methods_of(cfg: Preset) -> tuple:
     """The methods a preset runs: the six of docs/theory.md §9.4, the oracle in each of its readings."""
     oracles = tuple(oracle_name(r) for r in cfg.oracles)
@@ -65,7 +78,8 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
            "train_size": runs.train_size, "test_size": runs.test_size, "semantics": cfg.semantics,
            "periods": list(cfg.periods), "workers": list(WORKERS), "failures": cfg.failures, "resample": True,
            "oracles": list(cfg.oracles), "tune_seeds": len(tune_seeds),
-           "tune_workers": list(cfg.tune_workers or WORKERS), "runs": {}, "eta": {}, "brackets": {}, "a0": {}}
+           "tune_workers": list(cfg.tune_workers or WORKERS), "runs": {}, "eta": {}, "brackets": {}, "a0": {},
+           "constants": _constants()}
     sets = {"paper": {f: LR for f in FAMILIES}}
     others: dict = {}
     if tune_seeds:
@@ -211,7 +225,7 @@ def _failures(data) -> str:
         return str(fractions.Fraction(x).limit_denominator(100))
 
     if data.get("failures", "iid") != "outages":
-        return f"exchanges lost with probability {frac(FAILURE_P)}"
+        return f"exchanges lost with probability {frac(_const(data, 'failure_p'))}"
     cfg = PRESETS.get(data.get("preset", ""))
     if cfg is None:  # stored data from a preset not in PRESETS: the defaults
         default = {f.name: f.default for f in dataclasses.fields(Preset)}
@@ -325,7 +339,7 @@ def _eta_words(data: dict, label: str) -> str:
     if label == "tuned":
         return (f"η tuned per optimiser family on {data['tune_seeds']} tuning seeds (SGD family η = {eta['SGD']:.4g}, "
                 f"AdaHessian family η = {eta['AdaHessian']:.4g})")
-    return f"the paper's η = {LR} for every optimiser (untuned)"
+    return f"the paper's η = {_const(data, 'lr')} for every optimiser (untuned)"
 
 
 def _outside(data: dict, label: str) -> str:
@@ -355,8 +369,8 @@ def _conditions(data: dict, label: str) -> str:
             + (" (each resampling every source)" if resampled else " (minibatches and probes)")
             + f", {'long outages' if data.get('failures', 'iid') == 'outages' else 'i.i.d. losses 1/3'} "
             f"({data.get('semantics', 'suppressed')}), {_eta_words(data, label)}"
-            + (f"; a0 calibrated on tuning seed {CALIBRATION_SEED}" if data.get("tune_seeds", 0) else
-               f"; a0 calibrated on seed {CALIBRATION_SEED}, disjoint from the reported ones" if resampled else
+            + (f"; a0 calibrated on tuning seed {_const(data, 'calibration_seed')}" if data.get("tune_seeds", 0) else
+               f"; a0 calibrated on seed {_const(data, 'calibration_seed')}, disjoint from the reported ones" if resampled else
                "; a0 calibrated on the reported seeds' shared draws (in sample)")
             + ("; this failure model was chosen after deahes-readings, as the one setting where the oracle's mean "
                "led" if data.get("failures", "iid") == "outages" else "")
@@ -382,7 +396,7 @@ def _report(data: dict) -> tuple:
     if data.get("brackets"):
         fams = "; ".join(f + ": " + ", ".join(ms) for f, ms in FAMILIES.items())
         lines.append(f"η per optimiser family ({fams}), bracketed on {data['tune_seeds']} tuning seeds (from "
-                     f"{CALIBRATION_SEED} on, disjoint from the reported ones) by the mean final training loss of the "
+                     f"{_const(data, 'calibration_seed')} on, disjoint from the reported ones) by the mean final training loss of the "
                      "family's methods over the tuning seeds, P ∈ {" + ", ".join(map(str, data["tune_workers"]))
                      + "} and every τ:")
         for f, b in data["brackets"].items():
@@ -459,7 +473,7 @@ def _judge(data: dict, label: str, lines: list) -> list:
             lines.append(f"{'':2s} {'':2s} {ac}   (accuracy)")
     configs = [(P, t) for P in data["workers"] for t in range(len(data["periods"]))]
     seeds, loss = _tables(data, label, methods)
-    at = "at tuned η" if label == "tuned" else f"at η = {LR}"
+    at = "at tuned η" if label == "tuned" else f"at η = {_const(data, 'lr')}"
 
     def claim(cid, text, needs, comparisons, margin=0.0, oracle=None, reference=None):
         """comparisons(seeds, loss, P, t) -> [(name, d)]; the claim must hold in every setting: one
@@ -570,11 +584,11 @@ def _judge(data: dict, label: str, lines: list) -> list:
     for r in readings:
         om = oracle_name(r)
         claim("deahes-close-to-oracle", f"DEAHES-O comes close to the oracle ({r}): no worse than it by more than "
-              f"{EQUAL_MARGIN:.0%} of its loss (non-inferiority, on DEAHES-O − EAHES-OM relative to the oracle's mean "
+              f"{_const(data, 'equal_margin'):.0%} of its loss (non-inferiority, on DEAHES-O − EAHES-OM relative to the oracle's mean "
               "loss in each setting)", ("DEAHES-O", om),
               lambda S, L, P, t, om=om: [(f"(DEAHES-O − {om}) / {L[P, t, om]:.4f}",
                                           (S[P, t, "DEAHES-O"] - S[P, t, om]) / L[P, t, om])],
-              margin=EQUAL_MARGIN, oracle=r, reference=(om, "DEAHES-O"))
+              margin=_const(data, 'equal_margin'), oracle=r, reference=(om, "DEAHES-O"))
     if "DEAHES-O" in methods and "EAHES-O" in methods:
         same = [(P, data["periods"][t], int(np.sum(np.all(R[(P, "DEAHES-O")]["loss"][t] == R[(P, "EAHES-O")]["loss"][t],
                                                            axis=-1))))
@@ -597,7 +611,7 @@ def _judge(data: dict, label: str, lines: list) -> list:
     scored = [m for m in ("EAHES-O", "DEAHES-O") if m in methods]
     if scored:
         lines.append("The detector (ROC AUC of −a for \"this exchange follows a failure\", mean over seeds; "
-                     f"a0 = {KAPPA:g} × the spread of a without failures):")
+                     f"a0 = {_const(data, 'kappa'):g} × the spread of a without failures):")
         for P in data["workers"]:
             for t, tau in enumerate(data["periods"]):
                 aucs = ", ".join(f"{np.nanmean(R[(P, m)]['auc'][t]):.3f} on {m}" for m in scored)
