@@ -242,5 +242,11 @@ def unless_reference_worse(v: Verdict, behind: Sequence[tuple], ref: str, other:
     return dataclasses.replace(v, verdict=C.INCONCLUSIVE, reason="; ".join(x for x in (why, v.reason) if x))
 
 
+def pipeline_check(v: Verdict, why: str) -> Verdict:
+    """``v`` made inconclusive whatever its word, ``why`` (a run shorter than where the paper
+    states its claim) first: such a run checks the pipeline, not the claim."""
+    return dataclasses.replace(v, verdict=C.INCONCLUSIVE, reason="; ".join(x for x in (why, v.reason) if x))
+
+
 def _judge(c: Claim, parts, margin: float, level: float, exact: bool):
     return C.judge(c.kind, parts, margin, level=level, exact=exact)

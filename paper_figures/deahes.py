@@ -321,6 +321,29 @@ def _final(run: dict, key: str) -> np.ndarray:
     return run[key][:, :, -1]
 
 
+FLAT = 0.05  # a curve whose last fifth holds more than this share of its whole fall has not flattened
+
+
+def still_falling(data: dict, label: str) -> Optional[tuple]:
+    """(share, method, P, τ) of the mean training loss's largest fall over the last fifth of the
+    logged rounds, as a share of its whole fall (first logged value to last; a share, not a
+    value relative to the final loss, which grows without bound as the loss nears 0 on a
+    flattened curve), where it exceeds ``FLAT`` in η set ``label``; None
+    where every curve has flattened. The paper states its claims where the curves have flattened
+    ("rounds: enough for the curves to flatten"), so a run whose curves still fall judges them
+    early: a check of the pipeline (docs/findings.md)."""
+    rounds = np.asarray(data["round"], np.float64)
+    i = int(np.searchsorted(rounds, 0.8 * rounds[-1]))
+    worst = None
+    for (P, m), run in _runs(data, label).items():
+        loss = np.asarray(run["loss"], np.float64).mean(axis=1)  # [τ, logs], mean over seeds
+        for t in range(loss.shape[0]):
+            fall = (loss[t, i] - loss[t, -1]) / (loss[t, 0] - loss[t, -1])
+            if np.isfinite(fall) and (worst is None or fall > worst[0]):
+                worst = (float(fall), m, P, data["periods"][t])
+    return worst if worst is not None and worst[0] > FLAT else None
+
+
 def _runs(data: dict, label: str) -> dict:
     """(P, method) -> run, of η set ``label``."""
     return {(P, m): run for (lab, P, m), run in data["runs"].items() if lab == label}
@@ -518,6 +541,8 @@ def _judge(data: dict, label: str, lines: list) -> list:
             v = catalogue.unless_reference_worse(
                 v, [(f"P = {P}, τ = {data['periods'][t]}", (seeds[P, t, ref] - seeds[P, t, other]) / loss[P, t, ref])
                     for P, t in configs], ref, other)
+        if falling is not None:
+            v = catalogue.pipeline_check(v, falling_why)
         it = iter(v.parts)
         got = {key: [next(it) for _ in per[key]] for key in configs}
         lines.append(f"- {text}: {v.verdict} ({_counts(v.parts)}, over {len(configs)} settings"
@@ -553,6 +578,14 @@ def _judge(data: dict, label: str, lines: list) -> list:
     outside = _outside(data, label)
     if outside:
         lines.append(outside[:1].upper() + outside[1:] + ".")
+    falling = still_falling(data, label)
+    falling_why = "" if falling is None else (
+        f"a check of the pipeline: the curves have not flattened (over the last fifth of the rounds the mean training "
+        f"loss of {falling[1]} at P = {falling[2]}, τ = {falling[3]} still fell by {falling[0]:.1%} of its whole fall, "
+        f"more than {FLAT:.0%}), and the paper states its claims where they have")
+    if falling is not None:
+        lines.append(falling_why[:1].upper() + falling_why[1:] + ": every verdict below is inconclusive whatever "
+                     "its word.")
     lines.append(f"The paper's claims at {_eta_words(data, label)}, judged by the final training loss: paired "
                  f"differences over the {data['seeds']} seeds (a seed gives every method the same initial model, "
                  "minibatch and probe keys and failure draws, and the methods on disjoint and on overlapping shards "
