@@ -122,3 +122,20 @@ def test_readings_tune_on_tuning_seeds_and_calibrate_a0_there(monkeypatch):
         (s, {"SGD": 0.01, "AdaHessian": 0.01}, pytest.approx(10.0)) for s in range(3)] + [
         (s, at, pytest.approx(1000 * at["AdaHessian"])) for at in (below, above) for s in range(3)]
     assert data["by_set"]["paper"]["calibration"]["a0"] == pytest.approx(10.0)
+
+
+def test_a_run_whose_curves_still_fall_checks_the_pipeline():
+    from delaylab.paper_figures import deahes as fig
+
+    rounds = np.arange(0, 101, 10, dtype=np.float64)  # logged rounds 0..100; the last fifth from 80
+    flat = 2.0 * np.exp(-rounds / 8.0) + 0.1  # fallen by 0.02% of its whole fall after round 80
+    steep = 2.3 - 0.02 * rounds  # a straight line: the last fifth holds 20% of its fall
+
+    def data(curve):
+        run = lambda c: {"loss": np.broadcast_to(c, (1, 3, c.size)).copy()}  # noqa: E731  [τ, seeds, logs]
+        return {"round": rounds, "periods": [1], "runs": {("tuned", 4, "EASGD"): run(flat),
+                                                          ("tuned", 4, "EAHES"): run(curve)}}
+
+    assert fig.still_falling(data(flat), "tuned") is None
+    share, method, P, tau = fig.still_falling(data(steep), "tuned")
+    assert (method, P, tau) == ("EAHES", 4, 1) and share == pytest.approx(0.2)
