@@ -55,6 +55,7 @@ class Preset:
     horizon_power: int = 2
     profiles: tuple = ("even",)  # τ profiles (:func:`taus_of`)
     other_spreads: Optional[tuple] = None  # the spreads the profiles besides "even" run at (None: all)
+    share_eps: bool = False  # one set of runs per method and horizon serves every ε (:func:`_shared`)
 
 
 METHODS = ("Rescaled", "Malenia", "Ringleader", "IA²SGD", "vanilla", "Rennala", "minibatch")
@@ -70,7 +71,7 @@ PRESETS = {
     "full": Preset("full", problems=("nonconvex", "quadratic"), workers=(8, 32), spreads=(2, 8, 128),
                    methods=METHODS[:-1], eps_steps=5, events=1500, tune_seeds=4, report_seeds=10,
                    grid=(0.001, 0.003, 0.01, 0.03), horizon_power=1, profiles=("even", "double-max"),
-                   other_spreads=(8, 128)),
+                   other_spreads=(8, 128), share_eps=True),
 }
 PROFILES = {"even": "τ_i evenly spaced from 1 to τ_n/τ_1",
             "double-max": "the even profile's τ_A with twice its τ_max: one worker at 2·τ_n/τ_1, the others evenly "
@@ -136,6 +137,9 @@ def _setting(p: Preset, problem_kind: str, n: int, regime: str, spread: float, p
     out = {"eps": eps, "taus": taus, "methods": {}}
     for m in p.methods:
         alg, kind, scale = _algorithm(m, taus)
+        if p.share_eps:
+            out["methods"][m] = _shared(alg, kind, scale, prob, taus, keys, len(tune), eps, p)
+            continue
         per_eps = []
         for e in eps:
             if per_eps and not np.isfinite(min(per_eps[-1]["scores"], default=math.inf)):
@@ -153,6 +157,69 @@ def _setting(p: Preset, problem_kind: str, n: int, regime: str, spread: float, p
         out["methods"][m] = per_eps
     out["sigma2"], out["zeta2"] = sigma2, zeta2
     return out
+
+
+def _schedule(kind: str, taus: np.ndarray, events: int):
+    asched = schedules.fixed_computation(taus, num_events=events)
+    return asched if kind == "async" else schedules.synchronous(taus, num_rounds=max(1, int(asched.end_time // taus.max())))
+
+
+def _shared(alg, kind, scale, prob, taus, keys, n_tune, eps, p) -> list:
+    """One method's entries for every ε, from runs shared across ε: a run at step g, as long as the
+    smallest ε still to settle needs (E(ε) as in :func:`compute`, ×4 per retry), logs ‖∇F‖² every
+    E(ε_0)/``LOG_POINTS`` events, and ε_k's crossing is read from every (E(ε_k)/E(ε_0))-th log
+    point, so each ε is read at the spacing (and smoothed over the window) its own run would have
+    had, and its bracket picks from the same runs as the others'. One program is compiled per
+    method and horizon where separate runs compiled one per ε. An ε settles when its bracket's
+    best reaches it on every tuning and reported seed; one left unsettled is retried at 4× the
+    horizon (at most ``LONGER`` times); while a larger ε is reached at no step, the smaller ones
+    are not bracketed (they cannot be reached first), and those still so after the last retry are
+    not run (:func:`_not_run`)."""
+    ratio = [(eps[0] / e) ** p.horizon_power for e in eps]
+    stride = [max(1, int(round(r))) for r in ratio]
+    entries: list = [None] * len(eps)
+    pending = list(range(len(eps)))
+    for longer in range(LONGER + 1):
+        events = int(math.ceil(p.events * ratio[max(pending)])) * 4 ** longer
+        log_every = max(1, p.events * 4 ** longer // LOG_POINTS)
+        sched = _schedule(kind, taus, events)
+        cache: dict = {}
+
+        def times(g, sched=sched, log_every=log_every, cache=cache):  # [seeds, ε]: time to each ε at step g
+            if g not in cache:
+                res = sim.sweep(alg, prob, sched, keys=keys, hparams={"stepsize": np.asarray([g * scale])},
+                                log_every=log_every)
+                t = np.asarray(res.metrics["time"], np.float64)
+                g2 = np.asarray(res.metrics["grad_norm"], np.float64)[0] ** 2  # [seeds, logs]
+                cache[g] = np.asarray([[claims.first_crossing(t[::st], g2[s, ::st], e, SMOOTH)
+                                        for e, st in zip(eps, stride)] for s in range(g2.shape[0])])
+            return cache[g]
+
+        left, unreached = [], False
+        for k in pending:
+            if unreached:  # a larger ε was reached at no step at this horizon
+                left.append(k)
+                continue
+            b = claims.bracket(lambda g: float(np.median(times(g)[:n_tune, k])), p.grid, max_extend=p.max_extend,
+                               refine=REFINE)
+            entries[k] = {"step": b.best, "interior": b.interior, "edge": b.edge, "note": b.note(),
+                          "report": times(b.best)[n_tune:, k], "steps": list(b.steps), "scores": list(b.scores),
+                          "events": events, "horizon": float(sched.end_time),
+                          "spacing": float(sched.end_time) * log_every * stride[k] / sched.num_events,
+                          "report_all": np.stack([times(g)[n_tune:, k] for g in b.steps])}
+            if not (np.isfinite(min(b.scores)) and np.all(np.isfinite(entries[k]["report"]))):
+                left.append(k)
+                unreached = unreached or not np.isfinite(min(b.scores))
+        pending = left
+        if not pending:
+            break
+    missed = None
+    for k in range(len(eps)):
+        if entries[k] is None:
+            entries[k] = _not_run(missed, len(keys) - n_tune)
+        elif not np.isfinite(min(entries[k]["scores"])):
+            missed = missed or entries[k]
+    return entries
 
 
 def _not_run(missed: dict, report_seeds: int) -> dict:
@@ -347,7 +414,9 @@ def findings(data: dict) -> str:
              + f"; d = {D}, λ = {PENALTY:g} (nonconvex); steps bracketed per method and ε on {cfg['tune_seeds']} "
              f"tuning seeds, times on {cfg['report_seeds']} other seeds (gradient noise; instance fixed per setting); "
              f"horizon {cfg['events']}·(ε_0/ε)^{cfg.get('horizon_power', 2)} events (×4, up to {LONGER} times, for a "
-             f"method that misses ε); ‖∇F‖² smoothed over {SMOOTH} of {LOG_POINTS} log points, crossing interpolated. "
+             f"method that misses ε); ‖∇F‖² smoothed over {SMOOTH} of {LOG_POINTS} log points, crossing interpolated"
+             + ("; one set of runs per method and horizon serves every ε, each ε read at its own log spacing. "
+                if cfg.get("share_eps") else ". ") +
              "τ profiles: " + "; ".join(f"{pr}: {PROFILES[pr]}" for pr in cfg.get("profiles", ("even",))) + ".",
              f"Claim: T_Rescaled/T_Malenia bounded as ε → 0, judged per regime by the slope of the log ratio against "
              f"log(1/ε) over the three smallest ε both reach, per seed, minus {SLOPE_BOUND} (a trend: each setting's 95% "
@@ -381,7 +450,7 @@ def findings(data: dict) -> str:
                      f"({words.count(claims.HOLDS)} hold, {words.count(claims.FAILS)} do not, "
                      f"{words.count(claims.INCONCLUSIVE)} inconclusive at the tuned steps)"
                      + (f"; {v.reason}" if v.reason else "") + ".")
-    spans = [np.median(e["report"]) / (e["horizon"] / LOG_POINTS) for st in data["settings"].values()
+    spans = [np.median(e["report"]) / e.get("spacing", e["horizon"] / LOG_POINTS) for st in data["settings"].values()
              for per in st["methods"].values() for e in per if np.isfinite(np.median(e["report"]))]
     if spans:
         lines.append(f"Resolution: every median time reported spans at least {min(spans):.1f} log intervals of its run "

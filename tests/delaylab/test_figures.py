@@ -364,6 +364,44 @@ def test_r4_the_verdict_reads_the_tuned_steps_grid_neighbours_from_the_stored_ru
                                                                      "events": 100}})
 
 
+def test_r4_runs_shared_across_eps_read_each_eps_at_its_own_spacing(monkeypatch):
+    """With ``share_eps`` a method's brackets for every ε draw on one set of runs (one compiled
+    program per method and horizon), and ε_k's time is the crossing of that run's ‖∇F‖² read at
+    every 2^k-th log point, as a direct sweep at the chosen step reproduces."""
+    import jax
+
+    from delaylab import claims, sim
+    from delaylab.paper_figures import r4_time_to_eps as r4
+    from delaylab.sim import engine
+
+    monkeypatch.setattr(r4, "LONGER", 0)
+    p = r4.Preset("test", problems=("nonconvex",), workers=(4,), spreads=(4,), methods=r4.CLAIM, eps_steps=3,
+                  events=400, tune_seeds=2, report_seeds=3, grid=(0.003, 0.01, 0.03), horizon_power=1, share_eps=True)
+    before = engine.compilations()
+    st = r4._setting(p, "nonconvex", 4, "noise", 4)
+    assert engine.compilations() - before == len(r4.CLAIM)  # one horizon per method
+    taus = st["taus"]
+    alg, kind, scale = r4._algorithm("Rescaled", taus)
+    entry = st["methods"]["Rescaled"][2]
+    assert entry["events"] == 400 * 4  # the smallest ε's horizon: (ε_0/ε_2)^1 = 4
+    prob = sim.problems.nonconvex_quadratic(4, r4.D, penalty=r4.PENALTY, heterogeneity=0.01, noise=1.0,
+                                            x0=np.ones(r4.D), seed=claims.seed_sources(0, ["nonconvex n4 noise 4"])[
+                                                "nonconvex n4 noise 4"])
+    tune, report = claims.disjoint_seeds(2, 3)
+    keys = jax.vmap(jax.random.key)(np.asarray(tune + report, np.uint32))
+    res = sim.sweep(alg, prob, r4._schedule(kind, taus, 1600), keys=keys,
+                    hparams={"stepsize": np.asarray([entry["step"] * scale])}, log_every=400 // r4.LOG_POINTS)
+    t = np.asarray(res.metrics["time"], np.float64)
+    g2 = np.asarray(res.metrics["grad_norm"], np.float64)[0] ** 2
+    for k, e in enumerate(st["eps"]):
+        at = st["methods"]["Rescaled"][k]
+        i = [float(g) for g in at["steps"]].index(float(entry["step"])) if float(entry["step"]) in at["steps"] else None
+        if i is None:
+            continue
+        want = [claims.first_crossing(t[::2 ** k], g2[s, ::2 ** k], e, r4.SMOOTH) for s in range(2, 5)]
+        np.testing.assert_array_equal(at["report_all"][i], want)
+
+
 def test_r4_runs_through_the_cli_with_steps_that_bracket(tmp_path, monkeypatch):
     from delaylab.paper_figures import r4_time_to_eps as r4
 
