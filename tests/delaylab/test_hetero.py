@@ -186,3 +186,21 @@ def test_divergence_row_judges_the_residual_beyond_the_step_shrink_in_every_laye
     assert hd.verdicts(data(flat))[0]["verdict"] == claims.INCONCLUSIVE
     higher = dict(lower, **{lab.LAYERS[-1]: 0.3 + 0.01 * rng.normal(size=seeds)})
     assert hd.verdicts(data(higher))[0]["verdict"] == claims.FAILS
+
+
+def test_frontier_dirichlet_presets_draw_dirichlet_shards_and_say_so():
+    """Each lab preset has a -dirichlet twin whose seeds draw Dirichlet α = 1 shards (the shards'
+    class mixes differ, where the i.i.d. presets' match), stored and named in the texts."""
+    p = hetero_frontier.PRESETS["quick-dirichlet"]
+    assert p.split == "dirichlet 1" and dataclasses.replace(p, name="quick", split="iid") == hetero_frontier.PRESETS["quick"]
+    probs = {split: lab.seeded_problem(p, 0, split=split)[0] for split in ("iid", p.split)}
+
+    def class_mix(prob):  # [workers, 10]: each shard's share of each class
+        y = np.asarray(prob.data["y"])
+        return np.stack([np.bincount(y[i].ravel(), minlength=10) / y[i].size for i in range(y.shape[0])])
+
+    spread = {s: np.abs(class_mix(pr) - class_mix(pr).mean(0)).max() for s, pr in probs.items()}
+    assert spread["iid"] < 0.1 < spread[p.split]
+    d = {"split": p.split, "preset": p.name}
+    assert hetero_frontier.shards(d) == "Dirichlet α = 1 shards"
+    assert hetero_frontier.stem(d) == "hetero_frontier_quick_dirichlet" and hetero_frontier.stem({"preset": "quick"}) == "hetero_frontier"
