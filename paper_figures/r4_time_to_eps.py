@@ -276,7 +276,9 @@ def compute(preset: Preset, parts: Parts, progress: bool = True) -> dict:
       Malenia's only at smaller ε than these once τ_n/τ_1 ≥ 8 (its ε^-1.5 term is 1.7–19× larger at
       the smallest ε): what is measured is the approach to the asymptote, and the theory's shape of
       the ratio over the same ε is printed beside each verdict.
-    - **Speeds.** Fixed computation τ_i evenly spaced from 1 to τ_n/τ_1 ∈ ``spreads``; n ∈ ``workers``.
+    - **Speeds.** Fixed computation τ_i evenly spaced from 1 to τ_n/τ_1 ∈ ``spreads``; n ∈ ``workers``;
+      with ``profiles``, also the "double-max" profile of the same τ_A and twice the τ_max
+      (:func:`taus_of`), at ``other_spreads``.
     - **Steps, per method and per ε**, chosen by :func:`delaylab.claims.bracket` on tuning seeds
       disjoint from the reported ones (score: the median time to ε over the tuning seeds, inf when not
       reached): the starting grid is extended by its own ratio while the best step is at an edge, up
@@ -286,8 +288,10 @@ def compute(preset: Preset, parts: Parts, progress: bool = True) -> dict:
       Rescaled ASGD's normalisation is a reconstruction (γ_i = γ τ_i/τ_H here, docs/theory.md §6.2); with the
       step tuned, the other reading (γ τ_i/τ_max) runs the same iterates at γ·τ_max/τ_H, so it
       cannot change a verdict as long as the grid brackets the optimum.
-    - **Horizon per ε**: E(ε) = ``events`` · (ε_0/ε)² events (∝ 1/ε², the nonconvex worst case),
-      made 4× longer (up to ``LONGER`` times) for a method that misses ε on a tuning or reported seed,
+    - **Horizon per ε**: E(ε) = ``events`` · (ε_0/ε)^``horizon_power`` events (2: ∝ 1/ε², the
+      nonconvex worst case; 1 in the full preset, see :class:`Preset`), made 4× longer (up to
+      ``LONGER`` times) for a method that misses ε on a tuning or reported seed; with ``share_eps``
+      one set of runs per method and horizon serves every ε (:func:`_shared`),
       so that the slowest method's time fits and faster ones are not compared on their floors (a fixed
       horizon of 1,000 events misses the largest ε at spreads 32 and 128).
     - **Time to ε**: ‖∇F‖² is logged ``LOG_POINTS`` times per run, smoothed by a centred mean over
@@ -303,8 +307,10 @@ def compute(preset: Preset, parts: Parts, progress: bool = True) -> dict:
       Malenia reaches a smaller ε on every seed and Rescaled does not has no slope (dropping that
       level would hide the evidence against the claim): its part is inconclusive. The regime's
       settings form one conjunction (:func:`paper_figures.catalogue.verdict`), inconclusive where a
-      step sits at its grid's edge, and, the claim being between tuned methods, inconclusive until
-      a common step and the tuned steps' neighbours are measured too. The ratio at the smallest ε
+      step sits at its grid's edge, and, the claim being between tuned methods, decided only where
+      the tuned steps' grid neighbours (read from the runs every bracket already made, on the
+      reported seeds) give the same word; the two methods' steps share no scale, so there is no
+      common step. The ratio at the smallest ε
       is printed with its interval (a t interval of the mean log ratio, exponentiated), and the
       theory's own shape for the ratio (the two upper bounds with constants 1) beside it, as a shape."""
     out = {"preset": preset.name, "settings": {}, "config": dataclasses.asdict(preset)}
