@@ -108,8 +108,8 @@ def bench_floor(dim: int) -> dict:
     products (256 points × one A_i per event), each alone in a jitted scan, nothing else; and the
     engine's own sweep. The three calls alternate for ``FLOOR_ROUNDS`` rounds and each keeps its
     best, so that a slow spell of this shared machine falls on all three alike rather than on
-    whichever was timed then (timed one after another, the fraction of the floor moved by ±0.1
-    from run to run)."""
+    whichever was timed then (benchmarks/RESULTS.md: timed one after another, the fraction moved
+    from run to run more than the engine's changes did)."""
     import jax.numpy as jnp
 
     events = EVENTS[dim]
