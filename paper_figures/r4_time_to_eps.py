@@ -42,7 +42,7 @@ class Preset:
     spreads: tuple  # τ_n/τ_1
     methods: tuple  # keys of METHODS
     eps_steps: int  # ε = σ² · 2^-k / 10 for k < eps_steps
-    events: int  # the horizon at the largest ε (E(ε) grows as (ε_0/ε)²)
+    events: int  # the horizon at the largest ε (E(ε) grows as (ε_0/ε)^horizon_power)
     tune_seeds: int
     report_seeds: int
     grid: tuple  # the starting step grid (per-update γ; round methods: γ·n)
@@ -81,9 +81,10 @@ PROFILES = {"even": "τ_i evenly spaced from 1 to τ_n/τ_1",
 def taus_of(profile: str, n: int, spread: float) -> np.ndarray:
     """The workers' computation times: "even", τ_i evenly spaced from 1 to ``spread``; "double-max",
     the same mean τ_A = (1 + spread)/2 with τ_max = 2·spread: one worker there, the other n − 1
-    evenly spaced from 1 to the b that keeps the mean (b ≥ 1 for every n ≥ 2 and spread ≥ 1 here).
-    Two profiles of one τ_A and different τ_max tell a ratio that stays bounded from one that tends
-    to a constant set by τ_max (Rescaled ASGD's lower-order terms carry τ_max/τ_H, docs/theory.md §8.1)."""
+    evenly spaced from 1 to the b that keeps the mean (a ValueError where b would fall below 1, e.g.
+    n = 2; the full preset's n and spreads give b from 1.29 to 116). Its τ_H moves too, so the two
+    profiles are not a one-variable contrast: they show whether the ratio's level moves with τ_max at
+    one τ_A (Rescaled ASGD's lower-order terms carry τ_max/τ_H, docs/theory.md §8.1), nothing more."""
     even = np.linspace(1.0, float(spread), n)
     if profile == "even":
         return even
@@ -165,27 +166,28 @@ def _schedule(kind: str, taus: np.ndarray, events: int):
 
 
 def _shared(alg, kind, scale, prob, taus, keys, n_tune, eps, p) -> list:
-    """One method's entries for every ε, from runs shared across ε: a run at step g, as long as the
-    smallest ε still to settle needs (E(ε) as in :func:`compute`, ×4 per retry), logs ‖∇F‖² every
-    E(ε_0)/``LOG_POINTS`` events, and ε_k's crossing is read from every (E(ε_k)/E(ε_0))-th log
-    point, so each ε is read at the spacing (and smoothed over the window) its own run would have
-    had, and its bracket picks from the same runs as the others'. One program is compiled per
-    method and horizon where separate runs compiled one per ε. An ε settles when its bracket's
-    best reaches it on every tuning and reported seed; one left unsettled is retried at 4× the
-    horizon (at most ``LONGER`` times); while a larger ε is reached at no step, the smaller ones
-    are not bracketed (they cannot be reached first), and those still so after the last retry are
-    not run (:func:`_not_run`)."""
+    """One method's entries for every ε, from runs shared across ε. A pass runs every step it
+    needs at one horizon H (the first: E(ε) of the smallest ε, as in :func:`compute`), logging
+    ‖∇F‖² every ``p.events // LOG_POINTS`` events on every pass, and reads ε_k from every
+    (E(ε_k)/E(ε_0))-th log point: each ε is read at one spacing whatever pass settles it (a run's
+    noise is keyed by event, so a longer run repeats a shorter one's path: a longer horizon only
+    turns "not reached" into a time). An ε settles when its bracket's best reaches it on every
+    tuning and reported seed. The next pass runs at 4·H, for the unsettled ε whose horizon so far
+    is short of E(ε)·4^``LONGER`` (the cap the separate runs had); while a larger ε is reached at
+    no step, the smaller ones are not bracketed (they cannot be reached first), and those never
+    bracketed are not run (:func:`_not_run`). One program is compiled per method and pass."""
     ratio = [(eps[0] / e) ** p.horizon_power for e in eps]
     stride = [max(1, int(round(r))) for r in ratio]
+    cap = [int(math.ceil(p.events * r)) * 4 ** LONGER for r in ratio]
+    log_every = max(1, p.events // LOG_POINTS)
     entries: list = [None] * len(eps)
     pending = list(range(len(eps)))
-    for longer in range(LONGER + 1):
-        events = int(math.ceil(p.events * ratio[max(pending)])) * 4 ** longer
-        log_every = max(1, p.events * 4 ** longer // LOG_POINTS)
+    events = int(math.ceil(p.events * ratio[-1]))
+    while pending:
         sched = _schedule(kind, taus, events)
         cache: dict = {}
 
-        def times(g, sched=sched, log_every=log_every, cache=cache):  # [seeds, ε]: time to each ε at step g
+        def times(g, sched=sched, cache=cache):  # [seeds, ε]: time to each ε at step g
             if g not in cache:
                 res = sim.sweep(alg, prob, sched, keys=keys, hparams={"stepsize": np.asarray([g * scale])},
                                 log_every=log_every)
@@ -210,9 +212,8 @@ def _shared(alg, kind, scale, prob, taus, keys, n_tune, eps, p) -> list:
             if not (np.isfinite(min(b.scores)) and np.all(np.isfinite(entries[k]["report"]))):
                 left.append(k)
                 unreached = unreached or not np.isfinite(min(b.scores))
-        pending = left
-        if not pending:
-            break
+        events *= 4
+        pending = [k for k in left if events <= cap[k]]
     missed = None
     for k in range(len(eps)):
         if entries[k] is None:
@@ -224,9 +225,10 @@ def _shared(alg, kind, scale, prob, taus, keys, n_tune, eps, p) -> list:
 
 def _not_run(missed: dict, report_seeds: int) -> dict:
     """The entry of an ε not run after ``missed``, a larger ε reached at no step (times inf)."""
-    return {"step": missed["step"], "interior": False, "edge": missed["edge"],
+    return {"step": math.nan, "interior": False, "edge": missed["edge"],
             "note": "not run: a larger ε was reached at no step", "report": np.full(report_seeds, np.inf),
-            "steps": [], "scores": [], "events": 0, "horizon": 0.0, "report_all": np.zeros((0, report_seeds))}
+            "steps": [], "scores": [], "events": 0, "horizon": float(missed["horizon"]),
+            "report_all": np.zeros((0, report_seeds))}
 
 
 def _bracketed(alg, kind, scale, prob, taus, keys, n_tune, e, events, p) -> dict:
@@ -298,7 +300,7 @@ def compute(preset: Preset, parts: Parts, progress: bool = True) -> dict:
       ``SMOOTH`` log points (fewer at the ends, so the first points count), and the time is where the
       smoothed curve first crosses ε, interpolated linearly between log points (not quantised to them).
     - **Seeds** resample the gradient noise (the only random source of a run: timing is fixed
-      computation and x0 = 0). The problem instance (A, b̄, δ_i) is drawn once per setting and held
+      computation and x0 = 1). The problem instance (A, b̄, δ_i) is drawn once per setting and held
       fixed: the claim concerns the time on a given problem, and every method and seed sees the same one.
     - **Verdict, per regime** (catalogue ``rescaled-malenia-bounded``, a trend): per setting, over
       the three smallest ε that Rescaled and Malenia reach on every reported seed, the slope of
@@ -410,6 +412,12 @@ def regime_verdict(data: dict, regime: str):
         lb.split()[-1]: [(_label(data, key), c["readings"].get(lb, np.zeros(0))) for key, c in got] for lb in labels}}
     v = catalogue.verdict(CLAIM_ID, [(_label(data, key), c["d"]) for key, c in got], steps=steps,
                           gate=[b for _, c in got for b in c["brackets"]])
+    unmeasured = [_label(data, key) for key, c in got
+                  if c["d"].size and steps is not None and any(c["readings"].get(lb, np.zeros(0)).size == 0 for lb in labels)]
+    if unmeasured and v.verdict != claims.INCONCLUSIVE:  # its tuned reading was never checked at other steps
+        v = dataclasses.replace(v, verdict=claims.INCONCLUSIVE, reason="; ".join(x for x in (
+            "robustness to the step not measured at " + ", ".join(unmeasured)
+            + " (a time not reached at the tuned steps' neighbours)", v.reason) if x))
     return v, got
 
 
@@ -421,8 +429,9 @@ def findings(data: dict) -> str:
              f"tuning seeds, times on {cfg['report_seeds']} other seeds (gradient noise; instance fixed per setting); "
              f"horizon {cfg['events']}·(ε_0/ε)^{cfg.get('horizon_power', 2)} events (×4, up to {LONGER} times, for a "
              f"method that misses ε); ‖∇F‖² smoothed over {SMOOTH} of {LOG_POINTS} log points, crossing interpolated"
-             + ("; one set of runs per method and horizon serves every ε, each ε read at its own log spacing. "
-                if cfg.get("share_eps") else ". ") +
+             + (f"; one set of runs per method and pass serves every ε (each pass 4× the last, from the smallest "
+                f"ε's horizon), logged every {max(1, cfg['events'] // LOG_POINTS)} events and each ε read at every "
+                "(E(ε)/E(ε_0))-th log point. " if cfg.get("share_eps") else ". ") +
              "τ profiles: " + "; ".join(f"{pr}: {PROFILES[pr]}" for pr in cfg.get("profiles", ("even",))) + ".",
              f"Claim: T_Rescaled/T_Malenia bounded as ε → 0, judged per regime by the slope of the log ratio against "
              f"log(1/ε) over the three smallest ε both reach, per seed, minus {SLOPE_BOUND} (a trend: each setting's 95% "

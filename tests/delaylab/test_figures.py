@@ -364,6 +364,20 @@ def test_r4_the_verdict_reads_the_tuned_steps_grid_neighbours_from_the_stored_ru
                                                                      "events": 100}})
 
 
+def test_r4_a_setting_whose_neighbours_miss_eps_leaves_the_regime_undecided():
+    from delaylab.paper_figures import r4_time_to_eps as r4
+
+    # two settings fail clearly everywhere, but at the first one's upper neighbours Rescaled misses
+    # ε on a seed: the regime's word at those neighbours still reads "does not hold" (the second
+    # setting fails there), yet the first setting's failure was never checked at other steps
+    st = _with_neighbours(_r4_setting(0.8, seeds=10, noise=0.01), {"−": 0.8, "+": 0.8})
+    st["methods"]["Rescaled"][-1]["report_all"][2][0] = np.inf
+    other = _with_neighbours(_r4_setting(0.8, seeds=10, noise=0.01), {"−": 0.8, "+": 0.8})
+    v, got = r4.regime_verdict(_r4_data(st, other), "noise")
+    assert got[0][1]["readings"]["neighbours +"].size == 0 and v.parts[0].verdict == "does not hold"
+    assert v.verdict == "inconclusive" and "robustness to the step not measured at τ_n/τ_1 = 2" in v.reason
+
+
 def test_r4_runs_shared_across_eps_read_each_eps_at_its_own_spacing(monkeypatch):
     """With ``share_eps`` a method's brackets for every ε draw on one set of runs (one compiled
     program per method and horizon), and ε_k's time is the crossing of that run's ‖∇F‖² read at
