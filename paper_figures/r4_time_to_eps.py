@@ -161,8 +161,29 @@ def _setting(p: Preset, problem_kind: str, n: int, regime: str, spread: float, p
 
 
 def _schedule(kind: str, taus: np.ndarray, events: int):
+    """A method's schedule of ``events`` fixed-computation events ("barrier": the rounds that fit
+    in the same time)."""
     asched = schedules.fixed_computation(taus, num_events=events)
     return asched if kind == "async" else schedules.synchronous(taus, num_rounds=max(1, int(asched.end_time // taus.max())))
+
+
+def _crossings(alg, prob, sched, keys, step: float, log_every: int, eps, strides) -> np.ndarray:
+    """[seeds, ε]: each seed's time to ‖∇F‖² ≤ ε_k at ``step`` (the algorithm's own units), the
+    curve logged every ``log_every`` events and read at every ``strides[k]``-th log point."""
+    res = sim.sweep(alg, prob, sched, keys=keys, hparams={"stepsize": np.asarray([step])}, log_every=log_every)
+    t = np.asarray(res.metrics["time"], np.float64)
+    g2 = np.asarray(res.metrics["grad_norm"], np.float64)[0] ** 2  # [seeds, logs]
+    return np.asarray([[claims.first_crossing(t[::st], g2[s, ::st], e, SMOOTH) for e, st in zip(eps, strides)]
+                       for s in range(g2.shape[0])])
+
+
+def _entry(b: claims.Bracket, times, n_tune: int, sched, events: int, **more) -> dict:
+    """One ε's stored entry: its bracket, the reported seeds' times at the best step and (for the
+    readings at the tuned steps' neighbours, which then cost no run) at every evaluated step.
+    ``times(g)``: every seed's time to this ε at step g; ``events``: the events the run was asked for."""
+    return {"step": b.best, "interior": b.interior, "edge": b.edge, "note": b.note(), "report": times(b.best)[n_tune:],
+            "steps": list(b.steps), "scores": list(b.scores), "events": events,
+            "horizon": float(sched.end_time), **more, "report_all": np.stack([times(g)[n_tune:] for g in b.steps])}
 
 
 def _shared(alg, kind, scale, prob, taus, keys, n_tune, eps, p) -> list:
@@ -189,12 +210,7 @@ def _shared(alg, kind, scale, prob, taus, keys, n_tune, eps, p) -> list:
 
         def times(g, sched=sched, cache=cache):  # [seeds, ε]: time to each ε at step g
             if g not in cache:
-                res = sim.sweep(alg, prob, sched, keys=keys, hparams={"stepsize": np.asarray([g * scale])},
-                                log_every=log_every)
-                t = np.asarray(res.metrics["time"], np.float64)
-                g2 = np.asarray(res.metrics["grad_norm"], np.float64)[0] ** 2  # [seeds, logs]
-                cache[g] = np.asarray([[claims.first_crossing(t[::st], g2[s, ::st], e, SMOOTH)
-                                        for e, st in zip(eps, stride)] for s in range(g2.shape[0])])
+                cache[g] = _crossings(alg, prob, sched, keys, g * scale, log_every, eps, stride)
             return cache[g]
 
         left, unreached = [], False
@@ -204,11 +220,8 @@ def _shared(alg, kind, scale, prob, taus, keys, n_tune, eps, p) -> list:
                 continue
             b = claims.bracket(lambda g: float(np.median(times(g)[:n_tune, k])), p.grid, max_extend=p.max_extend,
                                refine=REFINE)
-            entries[k] = {"step": b.best, "interior": b.interior, "edge": b.edge, "note": b.note(),
-                          "report": times(b.best)[n_tune:, k], "steps": list(b.steps), "scores": list(b.scores),
-                          "events": events, "horizon": float(sched.end_time),
-                          "spacing": float(sched.end_time) * log_every * stride[k] / sched.num_events,
-                          "report_all": np.stack([times(g)[n_tune:, k] for g in b.steps])}
+            entries[k] = _entry(b, lambda g: times(g)[:, k], n_tune, sched, events,
+                                spacing=float(sched.end_time) * log_every * stride[k] / sched.num_events)
             if not (np.isfinite(min(b.scores)) and np.all(np.isfinite(entries[k]["report"]))):
                 left.append(k)
                 unreached = unreached or not np.isfinite(min(b.scores))
@@ -233,25 +246,16 @@ def _not_run(missed: dict, report_seeds: int) -> dict:
 
 def _bracketed(alg, kind, scale, prob, taus, keys, n_tune, e, events, p) -> dict:
     """One method's bracketed step for ε at a horizon of ``events`` events, and its times."""
-    asched = schedules.fixed_computation(taus, num_events=events)
-    sched = asched if kind == "async" else schedules.synchronous(taus, num_rounds=max(1, int(asched.end_time // taus.max())))
+    sched = _schedule(kind, taus, events)
     cache: dict = {}
 
     def times(g):  # time to ε at step g (per-update units), every seed
         if g not in cache:
-            res = sim.sweep(alg, prob, sched, keys=keys, hparams={"stepsize": np.asarray([g * scale])},
-                            log_every=max(1, sched.num_events // LOG_POINTS))
-            t = np.asarray(res.metrics["time"], np.float64)
-            g2 = np.asarray(res.metrics["grad_norm"], np.float64)[0] ** 2  # [seeds, logs]
-            cache[g] = np.asarray([claims.first_crossing(t, g2[s], e, SMOOTH) for s in range(g2.shape[0])])
+            cache[g] = _crossings(alg, prob, sched, keys, g * scale, max(1, sched.num_events // LOG_POINTS), [e], [1])[:, 0]
         return cache[g]
 
     b = claims.bracket(lambda g: float(np.median(times(g)[:n_tune])), p.grid, max_extend=p.max_extend, refine=REFINE)
-    # every evaluated step's times on the reported seeds too (each sweep ran all seeds): the
-    # readings at the tuned steps' neighbours cost no run
-    return {"step": b.best, "interior": b.interior, "edge": b.edge, "note": b.note(), "report": times(b.best)[n_tune:],
-            "steps": list(b.steps), "scores": list(b.scores), "events": events, "horizon": float(sched.end_time),
-            "report_all": np.stack([times(g)[n_tune:] for g in b.steps])}
+    return _entry(b, times, n_tune, sched, events)
 
 
 def _settings(p: Preset) -> list:
