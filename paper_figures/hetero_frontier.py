@@ -232,14 +232,19 @@ def times_to_target(d: dict) -> dict:
             for k, c in d["cells"].items()}
 
 
+def _vanilla_schedule(d: dict, h: float):
+    """Vanilla ASGD's schedule at level h for timing-noise seed 0, rebuilt from the stored length
+    (milliseconds): what the texts' schedule properties are read from, not measurements of training."""
+    count = int(d["cells"][(h, "vanilla ASGD")]["count"])
+    return schedules.asynchronous(lab.timing_noise(lab.spread_taus(float(h)), 0), num_events=count)
+
+
 def vanilla_staleness(d: dict) -> dict:
     """h -> (mean, median) staleness of vanilla ASGD's updates by the budget (updates between a
-    job's dispatch and its arrival), on its schedule for timing-noise seed 0: a property of the
-    schedule, rebuilt from the stored length (milliseconds), not a measurement of training."""
+    job's dispatch and its arrival), on its schedule for timing-noise seed 0 (:func:`_vanilla_schedule`)."""
     out = {}
     for h in d["levels"]:
-        count = int(d["cells"][(h, "vanilla ASGD")]["count"])
-        s = schedules.asynchronous(lab.timing_noise(lab.spread_taus(float(h)), 0), num_events=count)
+        s = _vanilla_schedule(d, h)
         st = s.staleness[s.finish <= d["horizon"]]
         out[float(h)] = (float(np.mean(st)), float(np.median(st)))
     return out
@@ -247,13 +252,12 @@ def vanilla_staleness(d: dict) -> dict:
 
 def fast_share(d: dict) -> dict:
     """h -> (the two fastest workers' share of vanilla ASGD's updates by the budget, τ_max/τ_min,
-    the slowest worker's arrivals by the budget), on its schedule for timing-noise seed 0 (a
-    property of the schedule, rebuilt from the stored length, as :func:`vanilla_staleness`)."""
+    the slowest worker's arrivals by the budget), on its schedule for timing-noise seed 0
+    (:func:`_vanilla_schedule`)."""
     out = {}
     for h in d["levels"]:
-        count = int(d["cells"][(h, "vanilla ASGD")]["count"])
         taus = lab.spread_taus(float(h))
-        s = schedules.asynchronous(lab.timing_noise(taus, 0), num_events=count)
+        s = _vanilla_schedule(d, h)
         w = s.worker[s.finish <= d["horizon"]]
         fast = np.argsort(taus)[:2]
         out[float(h)] = (float(np.isin(w, fast).mean()), float(taus.max() / taus.min()),
@@ -387,6 +391,8 @@ def findings_frontier(d: dict) -> str:
     lines.append(("Steps at a grid's edge after extension: " + "; ".join(edge) + ".") if edge else
                  "Every cell's step is interior to its bracket.")
     st = vanilla_staleness(d) if "vanilla ASGD" in names else {}
+    share = fast_share(d) if split_of(d) != "iid" and "vanilla ASGD" in names else {}
+    h_max = max(share, default=None)
     text = ("How to read this: synchronous schemes wait for the slowest worker of each round, so a spread of "
             "speeds at fixed total compute costs them rounds (their \"heterogeneity costs accuracy\" is "
             "predicted by the set-up, as the claims above say). Asynchronous schemes do not wait; "
@@ -395,13 +401,12 @@ def findings_frontier(d: dict) -> str:
                f"on {shards(d)}, whose class mixes differ from worker to worker, vanilla ASGD weights each worker's "
                "shard by its share of the updates (r1, r2; docs/theory.md §2); the two fastest workers' share of its "
                "updates by the budget (timing seed 0's schedule): "
-               + ", ".join(f"h = {h:g}: {sh:.0%}" for h, (sh, _, _) in fast_share(d).items())
+               + ", ".join(f"h = {h:g}: {sh:.0%}" for h, (sh, _, _) in share.items())
                + ". Whether that costs accuracy is what its "
                "claims above measure; why its accuracy moves with h is not measured here. Rescaled ASGD steps "
                "γ·τ_i/τ_H, which evens the weighting out in expectation only over budgets much longer than τ_max: "
-               + ", ".join(f"at h = {h:g} τ_max/τ_min = {r:.0f} and the slowest worker arrives {k} times by the budget"
-                           for h, (_, r, k) in fast_share(d).items() if h == max(fast_share(d)))
-               + "."))
+               + (f"at h = {h_max:g} τ_max/τ_min = {share[h_max][1]:.0f} and the slowest worker arrives "
+                  f"{share[h_max][2]} times by the budget." if share else "")))
     if st:
         text += (" Vanilla ASGD's updates' mean and median staleness by the budget (updates between a job's dispatch and its "
                  "arrival; n − 1 = 7 jobs are always in flight): "
