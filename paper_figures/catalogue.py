@@ -239,12 +239,13 @@ def unless_reference_worse(v: Verdict, behind: Sequence[tuple], ref: str, other:
     why = (f"set by the reconstruction: {ref} is itself worse than {other} at "
            + ", ".join(f"{where} (({ref} − {other}) relative to its loss {iv})" for where, iv in worse)
            + f", so {other} no worse than it says nothing of closeness to the best")
-    return dataclasses.replace(v, verdict=C.INCONCLUSIVE, reason="; ".join(x for x in (why, v.reason) if x))
+    return inconclusive_because(v, why)
 
 
-def pipeline_check(v: Verdict, why: str) -> Verdict:
-    """``v`` made inconclusive whatever its word, ``why`` (a run shorter than where the paper
-    states its claim) first: such a run checks the pipeline, not the claim."""
+def inconclusive_because(v: Verdict, why: str) -> Verdict:
+    """``v`` made inconclusive whatever its word, ``why`` first among its reasons: for what a
+    figure knows beyond the comparisons (a run shorter than where the paper states its claim, a
+    reading not measured, a reference set by the reconstruction)."""
     return dataclasses.replace(v, verdict=C.INCONCLUSIVE, reason="; ".join(x for x in (why, v.reason) if x))
 
 

@@ -542,7 +542,7 @@ def _judge(data: dict, label: str, lines: list) -> list:
                 v, [(f"P = {P}, τ = {data['periods'][t]}", (seeds[P, t, ref] - seeds[P, t, other]) / loss[P, t, ref])
                     for P, t in configs], ref, other)
         if falling is not None:
-            v = catalogue.pipeline_check(v, falling_why)
+            v = catalogue.inconclusive_because(v, falling_why)
         it = iter(v.parts)
         got = {key: [next(it) for _ in per[key]] for key in configs}
         lines.append(f"- {text}: {v.verdict} ({_counts(v.parts)}, over {len(configs)} settings"

@@ -419,9 +419,8 @@ def regime_verdict(data: dict, regime: str):
     unmeasured = [_label(data, key) for key, c in got
                   if c["d"].size and steps is not None and any(c["readings"].get(lb, np.zeros(0)).size == 0 for lb in labels)]
     if unmeasured and v.verdict != claims.INCONCLUSIVE:  # its tuned reading was never checked at other steps
-        v = dataclasses.replace(v, verdict=claims.INCONCLUSIVE, reason="; ".join(x for x in (
-            "robustness to the step not measured at " + ", ".join(unmeasured)
-            + " (a time not reached at the tuned steps' neighbours)", v.reason) if x))
+        v = catalogue.inconclusive_because(v, "robustness to the step not measured at " + ", ".join(unmeasured)
+                                           + " (a time not reached at the tuned steps' neighbours)")
     return v, got
 
 

@@ -326,13 +326,13 @@ def ranking_verdict(data: dict) -> catalogue.Verdict:
     v = catalogue.verdict(CLAIM, tuned, steps=steps,
                           gate=[claims.Bracket.from_stored(data["methods"][k]["bracket"]) for k in RANKING])
     if "ranking" not in data and "robustness to the step" not in v.reason:  # said whatever the tuned word
-        v = dataclasses.replace(v, verdict=claims.INCONCLUSIVE, reason="; ".join(x for x in (
-            "robustness to the step not measured (these data hold the tuned steps' runs only)", v.reason) if x))
+        v = catalogue.inconclusive_because(v, "robustness to the step not measured (these data hold the tuned "
+                                              "steps' runs only)")
     h = float(data["config"]["horizon"])
     if h < PAPER_HORIZON:  # the claim is stated at the end of Fig. B's axis: earlier, whatever the word
-        v = dataclasses.replace(v, verdict=claims.INCONCLUSIVE, reason="; ".join(x for x in (
-            f"judged at t = {h:g}, {h / PAPER_HORIZON:.2g} of the paper's horizon {PAPER_HORIZON:g} where Fig. B states "
-            "its ranking: a check of the pipeline, not a verdict on the claim", v.reason) if x))
+        v = catalogue.inconclusive_because(v, f"judged at t = {h:g}, {h / PAPER_HORIZON:.2g} of the paper's horizon "
+                                              f"{PAPER_HORIZON:g} where Fig. B states its ranking: a check of the "
+                                              "pipeline, not a verdict on the claim")
     return v
 
 
