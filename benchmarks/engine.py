@@ -63,6 +63,16 @@ def _workload(kind: str, dim: int):
     return prob, reference
 
 
+def _engine_sweep(prob, dim: int):
+    """``call(keys) -> final params``: the benchmark's engine sweep (vanilla ASGD, γ = 0.01, one
+    log point every tenth of the run) of ``prob`` on its schedule."""
+    events = EVENTS[dim]
+    sched = schedules.fixed_computation(_taus(), num_events=events)
+    alg = algos.asgd(stepsize=0.01)
+    hp = {"stepsize": np.array([0.01])}
+    return lambda keys: sim.sweep(alg, prob, sched, keys=keys, hparams=hp, log_every=events // 10)
+
+
 def bench_sweep(dim: int, kind: str = "quadratic") -> dict:
     """The engine against the reference on one workload. Compilation is excluded (a warm-up call
     with other keys comes first); the engine's time is the best of 3 calls. The reference runs
@@ -70,16 +80,13 @@ def bench_sweep(dim: int, kind: str = "quadratic") -> dict:
     is the best of the three, in events processed per second, which is what the ratio compares."""
     events = EVENTS[dim]
     prob, reference = _workload(kind, dim)
-    sched = schedules.fixed_computation(_taus(), num_events=events)
-    alg = algos.asgd(stepsize=0.01)
+    sweep = _engine_sweep(prob, dim)
     keys = jax.random.split(jax.random.key(1), SEEDS)
-    hp = {"stepsize": np.array([0.01])}
-    warm = sim.sweep(alg, prob, sched, keys=jax.random.split(jax.random.key(2), SEEDS), hparams=hp, log_every=events // 10)
-    jax.block_until_ready(warm.params)
+    jax.block_until_ready(sweep(jax.random.split(jax.random.key(2), SEEDS)).params)
     t_jax = float("inf")
     for _ in range(REPEATS):  # best of REPEATS: this shared 2-core machine is noisy
         t0 = time.perf_counter()
-        out = sim.sweep(alg, prob, sched, keys=keys, hparams=hp, log_every=events // 10)
+        out = sweep(keys)
         jax.block_until_ready(out.params)
         t_jax = min(t_jax, time.perf_counter() - t0)
     jax_rate = SEEDS * events / t_jax
@@ -130,17 +137,10 @@ def bench_floor(dim: int) -> dict:
             return X - 0.001 * (X @ A[w].T), None
         return jax.lax.scan(step, X, order)[0]
 
-    prob, _ = _workload("quadratic", dim)
-    sched = schedules.fixed_computation(_taus(), num_events=events)
-    alg = algos.asgd(stepsize=0.01)
-    hp = {"stepsize": np.array([0.01])}
+    sweep = _engine_sweep(_workload("quadratic", dim)[0], dim)
     run_keys = jax.random.split(jax.random.key(1), SEEDS)
-
-    def engine():
-        return sim.sweep(alg, prob, sched, keys=run_keys, hparams=hp, log_every=events // 10).params
-
     calls = {"draws_s": lambda: draws(keys), "products_s": lambda: products(jnp.zeros((SEEDS, dim), jnp.float32)),
-             "engine_s": engine}
+             "engine_s": lambda: sweep(run_keys).params}
     out = {}
     for fn in calls.values():
         jax.block_until_ready(fn())  # compile
