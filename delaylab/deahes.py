@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -42,6 +42,9 @@ class Preset:
     tune_workers: tuple = ()  # the numbers of workers P the tuning runs at (empty: every P of WORKERS)
     refine: int = 1  # claims.bracket's refinement rounds once the best η is interior
     max_extend: int = 3  # η added past a grid's edge at most, on each side
+    # [CHOICE] tuning scores within 2% of the best count as tied with it (claims.bracket's tie): on 3
+    # tuning seeds the best and the runner-up can differ by less than the seeds' spread
+    tie: float = 0.02
     oracles: tuple = ("full reset", "master side", "reset where stale")  # the oracle readings run (ORACLES)
 
 
@@ -193,26 +196,52 @@ def trend_spread(state) -> np.ndarray:
     return np.asarray(out)
 
 
-def problems(P: int, cfg: Preset, Xtr, ytr, Xte, yte, seed: int = 0) -> dict:
-    """split -> the CNN problem for P workers: "iid" (disjoint shards) and "overlap" (r = 1/P)."""
+# The random sources of one seed, each its own stream (claims.seed_sources): the shards, the
+# class-stratified subset F is evaluated on, the initial model, the root key of the minibatches and
+# Hutchinson probes, and the two failure models' draws. Changing the seed changes every source; no
+# two share a stream (the initial model and the minibatch keys, or the split and the evaluation
+# subset, would otherwise come from one seed).
+SOURCES = ("split", "evaluation subset", "initial model", "minibatches and probes", "failures", "outages")
+
+
+def sources(seed: int) -> dict:
+    """Source name (:data:`SOURCES`) -> its seed, for the run seed ``seed``."""
+    return claims.seed_sources(seed, SOURCES)
+
+
+def problems(P: int, cfg, Xtr, ytr, Xte, yte, seed: int = 0) -> dict:
+    """split -> the CNN problem for P workers: "iid" (disjoint shards) and "overlap" (r = 1/P),
+    with seed ``seed``'s split, evaluation subset and initial model (:func:`sources`)."""
+    src = sources(seed)
     return {split: cnn_classifier(Xtr, ytr, Xte, yte, num_workers=P, split=split,
                                   overlap=(1.0 / P if split == "overlap" else 0.0), batch_size=BATCH,
-                                  eval_size=cfg.eval_size, seed=seed, dtype=np.float32)
+                                  eval_size=cfg.eval_size, seed=src["split"], eval_seed=src["evaluation subset"],
+                                  init_seed=src["initial model"], dtype=np.float32)
             for split in ("iid", "overlap")}
 
 
-def schedules_for(P: int, cfg: Preset, rounds: Optional[int] = None, seed: int = 0):
+def keys(seed: int):
+    """The one-run batch of root keys of seed ``seed``'s minibatches and probes (:func:`sources`)."""
+    import jax
+
+    return jax.random.key(sources(seed)["minibatches and probes"])[None]
+
+
+def schedules_for(P: int, cfg, rounds: Optional[int] = None, seed: int = 0, failures: Optional[str] = None):
     """(failure-free, failing) schedules of ``rounds`` (default: the preset's) communication rounds:
-    equal job durations, and the preset's failures, drawn from (P, seed): "iid" loses each exchange
-    with probability ``FAILURE_P``; "outages" loses blocks of ``outage_lengths`` rounds covering
-    ``outage_fraction`` of each worker's exchanges (:func:`sim.schedules.with_outages`)."""
+    equal job durations, and the failures ``failures`` (default: the preset's), drawn from seed
+    ``seed``'s stream of that failure model (:func:`sources`; each P reads it in its own shape):
+    "iid" loses each exchange with probability ``FAILURE_P``; "outages" loses blocks of
+    ``cfg.outage_lengths`` rounds covering ``cfg.outage_fraction`` of each worker's exchanges
+    (:func:`sim.schedules.with_outages`)."""
     clean = schedules.fixed_computation(np.ones(P), num_events=P * (rounds or cfg.rounds))
-    if cfg.failures == "iid":
-        return clean, schedules.with_failures(clean, probability=FAILURE_P, seed=1000 * P + seed)
-    if cfg.failures == "outages":
+    kind = failures or cfg.failures
+    if kind == "iid":
+        return clean, schedules.with_failures(clean, probability=FAILURE_P, seed=sources(seed)["failures"])
+    if kind == "outages":
         return clean, schedules.with_outages(clean, fraction=cfg.outage_fraction, lengths=cfg.outage_lengths,
-                                             seed=2000 * P + seed)
-    raise ValueError(f"preset {cfg.name!r}: failures must be 'iid' or 'outages'; got {cfg.failures!r}")
+                                             seed=sources(seed)["outages"])
+    raise ValueError(f"preset {cfg.name!r}: failures must be 'iid' or 'outages'; got {kind!r}")
 
 
 def sweep(alg, problem, schedule, keys, hparams: dict, P: int, cfg: Preset):
@@ -222,20 +251,30 @@ def sweep(alg, problem, schedule, keys, hparams: dict, P: int, cfg: Preset):
                      batching=cfg.batching)
 
 
-def tune(fam: str, score: Callable[[float], float], cfg) -> claims.Bracket:
-    """Family ``fam``'s η, bracketed by ``score(η)`` (lower is better; NaN, a divergence, counts as
-    inf) from ``GRIDS[fam]``: :func:`claims.bracket` with the preset's ``refine`` and ``max_extend``."""
+def tune(fam: str, seed_scores: Callable[[float], Sequence[float]], cfg) -> tuple[claims.Bracket, dict]:
+    """Family ``fam``'s η, bracketed from ``GRIDS[fam]`` by the mean over the tuning seeds of
+    ``seed_scores(η)`` (one score per tuning seed, lower is better; NaN, a divergence, counts as
+    inf): :func:`claims.bracket` with the preset's ``refine``, ``max_extend`` and ``tie``. Returns
+    the bracket and η -> the per-seed scores (for :func:`stored_bracket`)."""
+    per_seed: dict = {}
+
     def finite(eta: float) -> float:
-        v = float(score(eta))
-        return v if math.isfinite(v) else math.inf
+        v = np.asarray(seed_scores(eta), np.float64)
+        per_seed[float(eta)] = [float(x) for x in v]
+        m = float(v.mean())
+        return m if math.isfinite(m) else math.inf
 
-    return claims.bracket(finite, GRIDS[fam], max_extend=cfg.max_extend, refine=cfg.refine)
+    return claims.bracket(finite, GRIDS[fam], max_extend=cfg.max_extend, refine=cfg.refine, tie=cfg.tie), per_seed
 
 
-def stored_bracket(b: claims.Bracket) -> dict:
-    """A bracket as plain data (:meth:`claims.Bracket.from_stored` reads it back)."""
-    return {"steps": list(b.steps), "scores": list(b.scores), "best": b.best, "interior": b.interior, "edge": b.edge,
-            "extended": b.extended}
+def stored_bracket(b: claims.Bracket, per_seed: Optional[dict] = None) -> dict:
+    """A bracket as plain data (:meth:`claims.Bracket.from_stored` reads it back), with each step's
+    per-seed tuning scores where ``per_seed`` (η -> scores, from :func:`tune`) is given."""
+    out = {"steps": list(b.steps), "scores": list(b.scores), "best": b.best, "interior": b.interior, "edge": b.edge,
+           "extended": b.extended}
+    if per_seed is not None:
+        out["seed_scores"] = [list(per_seed[float(s)]) for s in b.steps]
+    return out
 
 
 def step_settings(brackets: dict) -> dict:
@@ -253,9 +292,14 @@ def step_settings(brackets: dict) -> dict:
 
 
 def resolution(b: dict) -> str:
-    """How well the tuning told the steps apart: the best step's score against the second best's."""
+    """How well the tuning told the steps apart: the best step's score against the second best's,
+    and, where the per-seed scores are stored, their paired difference over the tuning seeds (mean
+    ± the 95% half-width: an interval that reaches 0 means the seeds did not order the two)."""
     (i, j) = sorted(range(len(b["steps"])), key=lambda k: (b["scores"][k], b["steps"][k]))[:2]
     s1, s2 = b["scores"][i], b["scores"][j]
-    return (f"best η {b['steps'][i]:.4g} scores {s1:.4f}, the second best, η {b['steps'][j]:.4g}, {s2:.4f} "
-            f"({(s2 - s1) / abs(s1):.2%} apart)")
-
+    out = (f"best η {b['steps'][i]:.4g} scores {s1:.4f}, the second best, η {b['steps'][j]:.4g}, {s2:.4f} "
+           f"({(s2 - s1) / abs(s1):.2%} apart")
+    if "seed_scores" not in b:
+        return out + ")"
+    d = np.asarray(b["seed_scores"][j], np.float64) - np.asarray(b["seed_scores"][i], np.float64)
+    return out + f"; per tuning seed {claims.paired_interval(d)} over {d.size} seeds)"

@@ -21,15 +21,15 @@ import dataclasses
 import fractions
 from typing import Optional
 
-import jax
 import numpy as np
 
 from delaylab import claims
 from delaylab.algos import metrics
 from delaylab.claims import FAILS, HOLDS
-from delaylab.deahes import (CALIBRATION_SEED, FAILURE_P, FAMILIES, HESSIAN, KAPPA, LR, METHODS, PRESETS, WORKERS,
-                             Preset, algorithms, dataset, family, oracle_name, problems, resolution, same_runs,
-                             schedules_for, step_settings, stored_bracket, sweep, sweep_hparams, trend_spread, tune)
+from delaylab.deahes import (CALIBRATION_SEED, FAILURE_P, FAMILIES, HESSIAN, KAPPA, LR, METHODS, PRESETS, SOURCES,
+                             WORKERS, Preset, algorithms, dataset, family, keys, oracle_name, problems, resolution,
+                             same_runs, schedules_for, step_settings, stored_bracket, sweep, sweep_hparams,
+                             trend_spread, tune)
 from delaylab.paper_figures import catalogue
 from delaylab.paper_figures._figure import Figure, Parts
 from delaylab.paper_figures._output import save_figure
@@ -62,7 +62,7 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
 
     Seeds: the reported seeds 0, 1, … and the tuning seeds 10,000, … (:func:`claims.disjoint_seeds`)
     each draw their own split, initial model, evaluation subset, minibatches, Hutchinson probes and
-    failures; within a seed every method sees the same draws, so the claims are judged on paired
+    failures, each from its own stream (:data:`delaylab.deahes.SOURCES`); within a seed every method sees the same draws, so the claims are judged on paired
     differences over the reported seeds. Steps: with ``tune_seeds``, η is bracketed per optimiser
     family (:data:`delaylab.deahes.FAMILIES`) on the tuning seeds (:func:`_tune`), and every method
     then runs at its family's tuned η and again at the paper's η = 0.01; and, for the tuned verdicts'
@@ -77,14 +77,16 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
     out = {"preset": cfg.name, "dataset": runs.name, "rounds": cfg.rounds, "seeds": cfg.seeds,
            "train_size": runs.train_size, "test_size": runs.test_size, "semantics": cfg.semantics,
            "periods": list(cfg.periods), "workers": list(WORKERS), "failures": cfg.failures, "resample": True,
+           "sources": list(SOURCES),
            "oracles": list(cfg.oracles), "tune_seeds": len(tune_seeds),
            "tune_workers": list(cfg.tune_workers or WORKERS), "runs": {}, "eta": {}, "brackets": {}, "a0": {},
            "constants": _constants()}
     sets = {"paper": {f: LR for f in FAMILIES}}
     others: dict = {}
     if tune_seeds:
-        brackets = {f: _tune(runs, f, tune_seeds, progress) for f in FAMILIES}
-        out["brackets"] = {f: stored_bracket(b) for f, b in brackets.items()}
+        tuned = {f: _tune(runs, f, tune_seeds, progress) for f in FAMILIES}
+        brackets = {f: b for f, (b, _) in tuned.items()}
+        out["brackets"] = {f: stored_bracket(b, per_seed) for f, (b, per_seed) in tuned.items()}
         out["settings"] = step_settings(brackets)
         sets = {"tuned": out["settings"]["tuned"], **sets}
         others = {label: at for label, at in out["settings"].items() if label != "tuned"}
@@ -125,7 +127,7 @@ class _Runs:
         The last few are kept (the tuning visits each seed once per step)."""
         if (P, seed) not in self.setups:
             probs = problems(P, self.cfg, self.Xtr, self.ytr, self.Xte, self.yte, seed=seed)
-            self.setups[(P, seed)] = (probs,) + schedules_for(P, self.cfg, seed=seed) + (jax.random.key(seed)[None],)
+            self.setups[(P, seed)] = (probs,) + schedules_for(P, self.cfg, seed=seed) + (keys(seed),)
             while len(self.setups) > 2 * max(1, self.cfg.tune_seeds):
                 self.setups.popitem(last=False)
         self.setups.move_to_end((P, seed))
@@ -190,24 +192,22 @@ def _slug(m: str) -> str:
     return m.replace(" ", "_").replace("(", "").replace(")", "")
 
 
-def _tune(runs: _Runs, fam: str, seeds: list, progress: bool) -> claims.Bracket:
-    """η of optimiser family ``fam`` (:func:`delaylab.deahes.tune`), scored by the mean final
-    training loss of the family's methods over the tuning seeds, the preset's ``tune_workers`` and
-    every τ. DEAHES-O runs with a0 calibrated at the same η."""
+def _tune(runs: _Runs, fam: str, seeds: list, progress: bool) -> tuple[claims.Bracket, dict]:
+    """η of optimiser family ``fam`` (:func:`delaylab.deahes.tune`), scored on each tuning seed by
+    the mean final training loss of the family's methods over the preset's ``tune_workers`` and
+    every τ; the family's score is the mean over the seeds. DEAHES-O runs with a0 calibrated at the
+    same η. Returns the bracket and η -> per-seed scores."""
     cfg = runs.cfg
 
-    def score(eta: float) -> float:
-        vals = []
-        for P in cfg.tune_workers or WORKERS:
-            a0 = runs.a0(P, eta) if "DEAHES-O" in FAMILIES[fam] else None
-            for s in seeds:
-                vals += [runs.run(P, m, s, eta, a0)["loss"][:, 0, -1] for m in FAMILIES[fam]]
-        return float(np.mean(vals))
+    def seed_scores(eta: float) -> list:
+        a0 = {P: runs.a0(P, eta) for P in cfg.tune_workers or WORKERS} if "DEAHES-O" in FAMILIES[fam] else {}
+        return [float(np.mean([runs.run(P, m, s, eta, a0.get(P))["loss"][:, 0, -1]
+                               for P in cfg.tune_workers or WORKERS for m in FAMILIES[fam]])) for s in seeds]
 
-    b = tune(fam, score, cfg)
+    b, per_seed = tune(fam, seed_scores, cfg)
     if progress:
-        print(f"  deahes: {fam} family: {b.note()}; {resolution(stored_bracket(b))}", flush=True)
-    return b
+        print(f"  deahes: {fam} family: {b.note()}; {resolution(stored_bracket(b, per_seed))}", flush=True)
+    return b, per_seed
 
 
 _SEMANTICS = {"suppressed": "a cut-off worker trains on without the exchange",
@@ -240,6 +240,16 @@ _RESAMPLED = ("each seed draws its own split, initial model, evaluation subset, 
               "failures")
 _SHARED = ("the seeds vary minibatches and Hutchinson probes; the split, the initial model and the failure draws are "
            "shared")
+# runs stored before each source had its own stream (delaylab.deahes.SOURCES)
+_PAIRED = ("the split and the evaluation subset came from one generator seed, and the initial model from the root "
+           "key of the minibatches")
+
+
+def _seeding(data: dict) -> str:
+    """What the seeds resample, in words, for the run behind ``data``."""
+    if not data.get("resample", False):
+        return _SHARED
+    return _RESAMPLED + (", each from its own stream" if "sources" in data else f"; {_PAIRED}")
 
 
 def _slack(p) -> float:
@@ -321,27 +331,20 @@ def _final(run: dict, key: str) -> np.ndarray:
     return run[key][:, :, -1]
 
 
-FLAT = 0.05  # a curve whose last fifth holds more than this share of its whole fall has not flattened
+FLAT = catalogue.FLAT
 
 
 def still_falling(data: dict, label: str) -> Optional[tuple]:
     """(share, method, P, τ) of the mean training loss's largest fall over the last fifth of the
-    logged rounds, as a share of its whole fall (first logged value to last; a share, not a
-    value relative to the final loss, which grows without bound as the loss nears 0 on a
-    flattened curve), where it exceeds ``FLAT`` in η set ``label``; None
-    where every curve has flattened. The paper states its claims where the curves have flattened
-    ("rounds: enough for the curves to flatten"), so a run whose curves still fall judges them
-    early: a check of the pipeline (docs/findings.md)."""
-    rounds = np.asarray(data["round"], np.float64)
-    i = int(np.searchsorted(rounds, 0.8 * rounds[-1]))
-    worst = None
-    for (P, m), run in _runs(data, label).items():
-        loss = np.asarray(run["loss"], np.float64).mean(axis=1)  # [τ, logs], mean over seeds
-        for t in range(loss.shape[0]):
-            fall = (loss[t, i] - loss[t, -1]) / (loss[t, 0] - loss[t, -1])
-            if np.isfinite(fall) and (worst is None or fall > worst[0]):
-                worst = (float(fall), m, P, data["periods"][t])
-    return worst if worst is not None and worst[0] > FLAT else None
+    logged rounds, as a share of its whole fall, where it exceeds ``FLAT`` in η set ``label``
+    (:func:`paper_figures.catalogue.still_falling`); None where every curve has flattened. The paper
+    states its claims where the curves have flattened ("rounds: enough for the curves to
+    flatten"), so a run whose curves still fall judges them early: a check of the pipeline
+    (docs/findings.md)."""
+    curves = {(m, P, data["periods"][t]): curve for (P, m), run in _runs(data, label).items()
+              for t, curve in enumerate(np.asarray(run["loss"], np.float64).mean(axis=1))}  # [τ, logs], mean over seeds
+    got = catalogue.still_falling(data["round"], curves)
+    return None if got is None else (got[0],) + got[1]
 
 
 def _runs(data: dict, label: str) -> dict:
@@ -389,7 +392,8 @@ def _conditions(data: dict, label: str) -> str:
     resampled = data.get("resample", False)
     return (f"{data['preset']}: {data['dataset']}, P ∈ {{{', '.join(map(str, data['workers']))}}}, "
             f"τ ∈ {{{', '.join(map(str, data['periods']))}}}, {data['rounds']} rounds, {data['seeds']} seeds"
-            + (" (each resampling every source)" if resampled else " (minibatches and probes)")
+            + (" (each resampling every source" + (")" if "sources" in data else ", two pairs from one seed)")
+               if resampled else " (minibatches and probes)")
             + f", {'long outages' if data.get('failures', 'iid') == 'outages' else 'i.i.d. losses 1/3'} "
             f"({data.get('semantics', 'suppressed')}), {_eta_words(data, label)}"
             + (f"; a0 calibrated on tuning seed {_const(data, 'calibration_seed')}" if data.get("tune_seeds", 0) else
@@ -413,7 +417,7 @@ def _report(data: dict) -> tuple:
     """(the figure's text, its verdict rows)."""
     lines = [f"DEAHES-O Figures 4–5 ({data['preset']} preset): {data['dataset']}, {data['train_size']} training / "
              f"{data['test_size']} test images, {data['rounds']} communication rounds, {data['seeds']} seeds ("
-             + (_RESAMPLED if data.get("resample", False) else _SHARED) + "), "
+             + _seeding(data) + "), "
              + _failures(data) + f" ({data.get('semantics', 'suppressed')} semantics: "
              + _SEMANTICS[data.get("semantics", "suppressed")] + ")."]
     if data.get("brackets"):

@@ -26,8 +26,9 @@ import numpy as np
 from delaylab import claims as claims_lib
 from delaylab.algos import metrics
 from delaylab.claims import FAILS, HOLDS
-from delaylab.deahes import (ALPHA, BATCH, CALIBRATION_SEED, FAILURE_P, FAMILIES, KAPPA, LR, ORACLES, algorithms,
-                             dataset, family, oracle_name, resolution, same_runs, step_settings, stored_bracket, tune)
+from delaylab.deahes import (ALPHA, CALIBRATION_SEED, FAMILIES, KAPPA, LR, ORACLES, SOURCES, algorithms, dataset,
+                             family, keys, oracle_name, problems, resolution, same_runs, schedules_for, step_settings,
+                             stored_bracket, tune)
 from delaylab.paper_figures import catalogue
 from delaylab.paper_figures._figure import Figure, Parts
 
@@ -53,11 +54,13 @@ class Preset:
     tune_seeds: int = 3
     refine: int = 1  # claims.bracket's refinement rounds once the best η is interior
     max_extend: int = 3  # η added past a grid's edge at most, on each side
+    tie: float = 0.02  # tuning scores within 2% of the best count as tied with it (as delaylab.deahes.Preset)
 
 
 PRESETS = {p.name: p for p in (
     # quick: P = 4, τ = 1 (the paper's main period), 36 rounds so that outages of 5-20 rounds fit
-    Preset("quick", data="digits", workers=4, period=1, rounds=36, seeds=3, eval_size=720, log_rounds=12),
+    # logged every 3 rounds: the short-run rule (paper_figures.catalogue.still_falling) reads the last fifth
+    Preset("quick", data="digits", workers=4, period=1, rounds=36, seeds=3, eval_size=720, log_rounds=3),
     Preset("full", data="mnist-format", workers=4, period=4, rounds=120, seeds=5, eval_size=10000, log_rounds=10,
            batching="map"),
 )}
@@ -108,22 +111,14 @@ def _members(fam: str) -> list:
 
 
 def _setup(cfg: Preset, seed: int, data) -> tuple:
-    """(problems, failure-free schedule, {failure model: failing schedule}, key) of one seed: its
-    own split, overlap subset, initial model, evaluation subset, failure draws and minibatch key."""
-    from delaylab.sim import schedules
-    from delaylab.sim.models import cnn_classifier
-
+    """(problems, failure-free schedule, {failure model: failing schedule}, keys) of one seed: its
+    own split, overlap subset, initial model, evaluation subset, failure draws of each model and
+    minibatch key, each from its own stream (:data:`delaylab.deahes.SOURCES`)."""
     _, Xtr, ytr, Xte, yte = data
     P = cfg.workers
-    probs = {split: cnn_classifier(Xtr, ytr, Xte, yte, num_workers=P, split=split,
-                                   overlap=(1.0 / P if split == "overlap" else 0.0), batch_size=BATCH,
-                                   eval_size=cfg.eval_size, seed=seed, dtype=np.float32)
-             for split in ("iid", "overlap")}
-    clean = schedules.fixed_computation(np.ones(P), num_events=P * cfg.rounds)
-    failing = {"iid 1/3": schedules.with_failures(clean, probability=FAILURE_P, seed=1000 + seed),
-               "outages": schedules.with_outages(clean, fraction=cfg.outage_fraction, lengths=cfg.outage_lengths,
-                                                 seed=2000 + seed)}
-    return probs, clean, failing, jax.random.key(seed)[None]
+    clean, iid = schedules_for(P, cfg, seed=seed, failures="iid")
+    _, outages = schedules_for(P, cfg, seed=seed, failures="outages")
+    return problems(P, cfg, Xtr, ytr, Xte, yte, seed=seed), clean, {"iid 1/3": iid, "outages": outages}, keys(seed)
 
 
 def _run(cfg: Preset, alg, problem, schedule, hp: dict, keys, log_rounds: Optional[int] = None):
@@ -135,6 +130,11 @@ def _run(cfg: Preset, alg, problem, schedule, hp: dict, keys, log_rounds: Option
 
 def _final(res) -> np.ndarray:
     return np.asarray(res.metrics["loss"], np.float64)[:, 0, -1]
+
+
+def _curve(res) -> np.ndarray:
+    """[runs, logs]: the master's training loss at every log (the short-run rule reads it)."""
+    return np.asarray(res.metrics["loss"], np.float64)[:, 0]
 
 
 def _calibrate(cfg: Preset, data, eta: float) -> dict:
@@ -185,7 +185,7 @@ def _seed_part(cfg: Preset, seed: int, data, eta: dict, a0: float, progress: boo
     out["clean_eahes_o"] = float(_final(run(algs["EAHES-O"][0], "overlap", clean, _hp(tau, ah)))[0])
     sane = run(algs["DEAHES-O"][0], "overlap", clean, _reading_hparams(a0, tau, ah))
     out["clean_deahes_o"], out["clean_h1"], out["clean_ramp"] = _final(sane), per_exchange(sane, "h1"), ramp_use(sane)
-    losses, h1s, ramps, aucs, after, delivered = {}, {}, {}, {}, {}, {}
+    losses, curves, h1s, ramps, aucs, after, delivered = {}, {}, {}, {}, {}, {}, {}
     for semantics in SEMANTICS:
         algs = _algorithms(cfg, semantics)
         for fm, sched in failing.items():
@@ -195,6 +195,8 @@ def _seed_part(cfg: Preset, seed: int, data, eta: dict, a0: float, progress: boo
                 lr = eta[family(name)]
                 res = run(alg, split, sched, _reading_hparams(a0, tau, lr) if name == "DEAHES-O" else _hp(tau, lr))
                 losses[(semantics, fm, name)] = _final(res)
+                curves[(semantics, fm, name)] = _curve(res)
+                out["round"] = np.asarray(res.metrics["events"], np.float64) / P
                 if name == "DEAHES-O":
                     h1s[(semantics, fm)], ramps[(semantics, fm)] = per_exchange(res, "h1"), ramp_use(res)
                 if name == "EAHES-O":
@@ -203,11 +205,12 @@ def _seed_part(cfg: Preset, seed: int, data, eta: dict, a0: float, progress: boo
                     after[(semantics, fm)] = int(det["positives"][0, 0])
                     delivered[(semantics, fm)] = int(det["positives"][0, 0] + det["negatives"][0, 0])
             alias = same_runs(oracle_name("reset where stale"), semantics)
-            losses[(semantics, fm, _om("reset where stale"))] = losses[(semantics, fm, _om(
-                "full reset") if alias == oracle_name("full reset") else alias)]
+            twin = _om("full reset") if alias == oracle_name("full reset") else alias
+            losses[(semantics, fm, _om("reset where stale"))] = losses[(semantics, fm, twin)]
+            curves[(semantics, fm, _om("reset where stale"))] = curves[(semantics, fm, twin)]
             if progress:
                 print(f"  deahes-readings: seed {seed}, {semantics}, {fm}: done", flush=True)
-    out.update(loss=losses, h1=h1s, ramp=ramps, auc=aucs, after_failure=after, delivered=delivered)
+    out.update(loss=losses, curve=curves, h1=h1s, ramp=ramps, auc=aucs, after_failure=after, delivered=delivered)
     return out
 
 
@@ -247,11 +250,11 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
 
     brackets = {}
     for fam in FAMILIES if tune_seeds else ():
-        def score(eta: float, fam=fam) -> float:
+        def seed_scores(eta: float, fam=fam) -> list:
             a0 = calibration(eta)["a0"] if "DEAHES-O" in _members(fam) else None
-            return float(np.mean([tuning_run(s, m, eta, a0) for s in tune_seeds for m in _members(fam)]))
+            return [float(np.mean([tuning_run(s, m, eta, a0) for m in _members(fam)])) for s in tune_seeds]
 
-        brackets[fam] = stored_bracket(tune(fam, score, preset))
+        brackets[fam] = stored_bracket(*tune(fam, seed_scores, preset))
         if progress:
             print(f"  deahes-readings: {fam} family: {claims_lib.Bracket.from_stored(brackets[fam]).note()}; "
                   f"{resolution(brackets[fam])}", flush=True)
@@ -275,6 +278,7 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
         by_set[label] = {"eta": dict(eta), "calibration": {k: cal[k] for k in ("a0", "a_mean", "a_sd")}, "seeds": seeds}
     return {"preset": preset.name, "dataset": data[0], "workers": preset.workers, "period": preset.period,
             "rounds": preset.rounds, "readings": list(READINGS), "oracles": list(ORACLES), "tune_seeds": len(tune_seeds),
+            "sources": list(SOURCES),
             "sets": list(sets), "brackets": brackets, "by_set": by_set, "settings": settings}
 
 
@@ -291,7 +295,7 @@ def views(data: dict) -> dict:
     if "by_set" not in data:
         return {"paper": {**data, "eta": {f: LR for f in FAMILIES}, "label": "paper"}}
     shared = {k: data[k] for k in ("preset", "dataset", "workers", "period", "rounds", "readings", "oracles",
-                                   "brackets")}
+                                   "brackets", "sources") if k in data}
 
     def view(label: str) -> dict:
         return {**shared, **data["by_set"][label], "label": label, "tune_seeds": data["tune_seeds"]}
@@ -365,13 +369,37 @@ def _comparisons(data, reading, oracle) -> dict:
                               for sem, fm in _settings()]}
 
 
+def short_run(data) -> Optional[str]:
+    """Why the run judges the paper's claims too early (docs/findings.md's short-run rule,
+    :func:`paper_figures.catalogue.still_falling` over every method's and reading's mean training
+    loss curve), or None where every curve has flattened. Runs that stored only final losses cannot
+    show their curves flattened: they are checks of the pipeline too."""
+    seeds = data["seeds"]
+    if not all("curve" in s for s in seeds):
+        return ("a check of the pipeline: this run stored only final losses, so whether its curves flattened, where "
+                "the paper states its claims, is not known")
+    curves = {}
+    for key in seeds[0]["curve"]:
+        mean = np.mean([s["curve"][key] for s in seeds], axis=0)  # [runs, logs]: DEAHES-O one run per reading
+        for r, c in enumerate(mean):
+            curves[key + ((data["readings"][r],) if key[2] == "DEAHES-O" else ())] = c
+    got = catalogue.still_falling(seeds[0]["round"], curves)
+    if got is None:
+        return None
+    share, (sem, fm, name, *reading) = got
+    return (f"a check of the pipeline: the curves have not flattened (over the last fifth of the rounds the mean "
+            f"training loss of {name}{' ' + reading[0] if reading else ''} ({sem}, {fm}) still fell by {share:.1%} of "
+            f"its whole fall, more than {catalogue.FLAT:.0%}), and the paper states its claims where they have")
+
+
 def claims(data, reading, oracle) -> dict:
     """claim id -> its :class:`paper_figures.catalogue.Verdict` at DEAHES-O's ``reading`` and the
     oracle reading ``oracle``: one verdict over every (semantics, failure model) setting, whose parts
     are all the settings' comparisons (so the conjunction's correction for "does not hold" runs over
     all of them). "Close to the oracle" is judged on DEAHES-O − oracle relative to the oracle's mean
     loss in each setting, against the margin ``EQUAL_MARGIN`` (non-inferiority), and is inconclusive,
-    set by the reconstruction, where the oracle is itself significantly worse than DEAHES-O. At
+    set by the reconstruction, where the oracle is itself significantly worse than DEAHES-O. Every
+    claim is inconclusive in a run that judges it too early (:func:`short_run`). At
     tuned η each claim is also judged at the grid neighbours (``data["others"]``) and stands only
     where they agree; tuned data without them say no other step setting was run."""
     got = _comparisons(data, reading, oracle)
@@ -389,7 +417,8 @@ def claims(data, reading, oracle) -> dict:
            "deahes-beats-baselines": verdict("deahes-beats-baselines")}
     out["deahes-close-to-oracle"] = catalogue.unless_reference_worse(out["deahes-close-to-oracle"],
                                                                      got["oracle-behind"], "EAHES-OM", "DEAHES-O")
-    return out
+    early = short_run(data)
+    return {k: catalogue.inconclusive_because(v, early) for k, v in out.items()} if early else out
 
 
 def _deciding(v) -> str:
@@ -479,8 +508,11 @@ def findings(data: dict) -> str:
     n = len(seeds)
     lines = [f"DEAHES-O readings ({data['preset']} preset): {data['dataset']}, P = {data['workers']}, "
              f"τ = {data['period']}, {data['rounds']} communication rounds, {n} seeds (each resamples the split, "
-             "the initialisation, the evaluation subset, minibatches, probes and failure draws; methods paired "
-             "within a seed). Verdicts from paired differences over seeds, 95% Student-t intervals.",
+             "the initialisation, the evaluation subset, minibatches, probes and failure draws, "
+             + ("each from its own stream" if "sources" in data else "the split and the evaluation subset from one "
+                "generator seed and the initialisation from the root key of the minibatches")
+             + "; methods paired within a seed). Verdicts from paired differences over seeds, 95% Student-t "
+             "intervals.",
              f"Lost exchanges: iid {np.mean([s['lost']['iid 1/3'] for s in seeds]):.2f}, outages "
              f"{np.mean([s['lost']['outages'] for s in seeds]):.2f} of all (mean over seeds)."]
     if data.get("brackets"):
@@ -536,6 +568,9 @@ def _body(data: dict, lines: list) -> None:
               "it holds when every 95% interval lies on the claim's side, does not hold when one lies wholly on the "
               "other side at the Bonferroni level over all the claim's comparisons (the corrected interval is shown)"
               + (", and is inconclusive where a step it compares sits at its grid's edge:" if g else ":")]
+    early = short_run(data)
+    if early:
+        lines.append(f"  {early[:1].upper() + early[1:]}: every verdict below is inconclusive whatever its word.")
     reproduces = []
     for r in data["readings"]:
         lines.append(f"  DEAHES-O {r}:")
@@ -574,7 +609,8 @@ def _rows(data: dict) -> list:
     fitted = (f"a0 calibrated on tuning seed {CALIBRATION_SEED}" if "calibration" in data
               else "a0 calibrated per seed")
     cond = (f"{data['preset']}: {data['dataset']}, P = {data['workers']}, τ = {data['period']}, {data['rounds']} rounds, "
-            f"{len(data['seeds'])} seeds (each resampling split, init, evaluation subset, minibatches, probes, failures); "
+            f"{len(data['seeds'])} seeds (each resampling split, init, evaluation subset, minibatches, probes, failures"
+            + ("" if "sources" in data else ", two pairs from one seed") + "); "
             f"{_eta_words(data)}; {fitted}; the weight map is a reconstruction (the paper's summary leaves it open), "
             f"and its default reading ({DEFAULT_READING}) was chosen as one that passes the sanity check below")
     v, h1, h1_ok = sanity(data, _gates(data).get("deahes-equals-eahes-o-clean", ()))[DEFAULT_READING]

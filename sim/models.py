@@ -247,15 +247,16 @@ class _TestAccuracy:
 def cnn_classifier(images, labels, test_images, test_labels, *, num_workers: int, split: str = "iid",
                    overlap: float = 0.0, batch_size: Optional[int] = 64, channels=(32, 64), hidden: int = 128,
                    eval_size: Optional[int] = None, seed: int = 0, dtype=None, conv_impl: str = "auto",
-                   eval_chunk: Optional[int] = None, init_seed: Optional[int] = None) -> Problem:
+                   eval_chunk: Optional[int] = None, init_seed: Optional[int] = None,
+                   eval_seed: Optional[int] = None) -> Problem:
     """The CNN of :class:`CNN` trained by ``num_workers`` workers on shards of ``images``.
 
     Args:
       split: "iid" (disjoint random shards), "overlap" (every worker also holds a shared
         subset, ``overlap`` = r = |O|/|D|; see :func:`sim.data.split_overlap`), or the shards
         themselves, [n, m] indices (``sim.data.split_dirichlet``, ``sim.data.split_by_group``).
-      seed: seeds the split and the evaluation subset, and the initial parameters unless
-        ``init_seed`` is given (then the two are independent sources).
+      seed: seeds the split, and the evaluation subset and the initial parameters unless
+        ``eval_seed`` / ``init_seed`` are given (then each is an independent source).
       conv_impl: how :class:`Conv2D` computes, one of ``CONV_IMPLS`` (default "auto": oneDNN on
         CPU where it is built, else im2col; the problem's name says which).
       eval_size: F is the mean loss over this many training examples (class-stratified, each
@@ -291,7 +292,7 @@ def cnn_classifier(images, labels, test_images, test_labels, *, num_workers: int
     module = CNN(classes=classes, channels=tuple(int(c) for c in channels), hidden=int(hidden), conv_impl=conv_impl)
     params = module.init(jax.random.key(seed if init_seed is None else init_seed), jnp.zeros((1,) + X.shape[1:], dt))["params"]
     params = jax.tree.map(lambda p: p.astype(dt), params)
-    ev = data_lib.stratified_subset(y, eval_size, seed=seed)
+    ev = data_lib.stratified_subset(y, eval_size, seed=seed if eval_seed is None else eval_seed)
     loss = _BatchLoss(module, None if batch_size is None else int(batch_size))
     return Problem(
         name=f"cnn({X.shape[1:]}, {channels}, head {hidden}, n={num_workers}, {split}"

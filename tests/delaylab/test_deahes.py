@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from delaylab import deahes
+from delaylab.sim import models
 from delaylab.algos.elastic import ExchangeContext
 
 
@@ -63,16 +64,46 @@ def test_every_preset_resamples_its_failures_per_seed_and_tunes_on_three_seeds()
     _, a = deahes.schedules_for(4, cfg, seed=0)
     _, b = deahes.schedules_for(4, cfg, seed=1)
     want = schedules.with_failures(schedules.fixed_computation(np.ones(4), num_events=80), probability=1 / 3,
-                                   seed=4001)
+                                   seed=deahes.sources(1)["failures"])
     np.testing.assert_array_equal(b.delivered, want.delivered)
     assert not np.array_equal(a.delivered, b.delivered)
+    _, c = deahes.schedules_for(4, cfg, seed=1, failures="outages")
+    want = schedules.with_outages(schedules.fixed_computation(np.ones(4), num_events=80), fraction=1 / 3,
+                                  lengths=cfg.outage_lengths, seed=deahes.sources(1)["outages"])
+    np.testing.assert_array_equal(c.delivered, want.delivered)
     for name in ("quick", "quick-stale", "medium"):
         assert deahes.PRESETS[name].tune_seeds >= 3 and deahes.PRESETS[name].refine >= 1
+
+
+def test_each_source_of_a_seed_has_its_own_stream():
+    """Split, evaluation subset, initial model, minibatch keys and failures of one seed come from
+    distinct seeds (claims.seed_sources), and the problems and keys use them."""
+    import jax
+
+    from delaylab.sim import data as data_lib
+
+    src = deahes.sources(3)
+    assert set(src) == set(deahes.SOURCES) and len(set(src.values())) == len(src)
+    assert src != deahes.sources(4)
+    ds = data_lib.digits()
+    probs = deahes.problems(4, deahes.PRESETS["quick"], ds.x_train, ds.y_train, ds.x_test, ds.y_test, seed=3)
+    want = models.cnn_classifier(ds.x_train, ds.y_train, ds.x_test, ds.y_test, num_workers=4, split="iid",
+                                 batch_size=deahes.BATCH, eval_size=720, seed=src["split"],
+                                 eval_seed=src["evaluation subset"], init_seed=src["initial model"], dtype=np.float32)
+    for a, b in zip(jax.tree.leaves((probs["iid"].data, probs["iid"].x0)), jax.tree.leaves((want.data, want.x0))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    np.testing.assert_array_equal(jax.random.key_data(deahes.keys(3)),
+                                  jax.random.key_data(jax.random.key(src["minibatches and probes"])[None]))
 
 
 def test_resolution_says_the_best_and_second_best_scores():
     b = {"steps": [0.03, 0.1, 0.3, 0.055], "scores": [1.5, 1.2, 2.0, 1.26]}
     assert deahes.resolution(b) == ("best η 0.1 scores 1.2000, the second best, η 0.055, 1.2600 (5.00% apart)")
+    # with the per-seed scores: second best less best per tuning seed, (0.1, 0.0, −0.1) + 0.06 → mean 0.06,
+    # sd 0.1, half-width t(0.975, 2) · 0.1 / √3 = 4.3027 · 0.057735 = 0.2484
+    b["seed_scores"] = [[1.5] * 3, [1.1, 1.2, 1.3], [2.0] * 3, [1.26, 1.26, 1.26]]
+    assert deahes.resolution(b) == ("best η 0.1 scores 1.2000, the second best, η 0.055, 1.2600 (5.00% apart; "
+                                    "per tuning seed +0.0600 ± 0.2484 over 3 seeds)")
 
 
 def test_readings_tune_on_tuning_seeds_and_calibrate_a0_there(monkeypatch):
@@ -112,6 +143,9 @@ def test_readings_tune_on_tuning_seeds_and_calibrate_a0_there(monkeypatch):
     assert sgd["best"] == pytest.approx(0.1) and sgd["interior"] and len(sgd["steps"]) == 5
     assert ah["best"] == pytest.approx(np.sqrt(0.03 * 0.1)) and ah["interior"] and ah["extended"] == 1
     assert data["sets"] == ["tuned", "paper"]
+    for f, b in data["brackets"].items():  # every step's score on each tuning seed is stored
+        for step, per_seed in zip(b["steps"], b["seed_scores"]):
+            assert per_seed == pytest.approx([(np.log(step) - np.log(star[f])) ** 2] * 3)
     tuned = {"SGD": sgd["best"], "AdaHessian": ah["best"]}
     # the tuned verdicts' other step settings: each family one step of its refined grid below, and above
     below, above = ({f: deahes.claims.Bracket.from_stored(b).neighbours()[i] for f, b in data["brackets"].items()}
@@ -139,3 +173,33 @@ def test_a_run_whose_curves_still_fall_checks_the_pipeline():
     assert fig.still_falling(data(flat), "tuned") is None
     share, method, P, tau = fig.still_falling(data(steep), "tuned")
     assert (method, P, tau) == ("EAHES", 4, 1) and share == pytest.approx(0.2)
+
+
+def test_readings_judge_early_where_a_curve_still_falls_or_was_not_stored():
+    """deahes-readings' short-run rule: its claims are inconclusive, the reason first, when some
+    method's (or some DEAHES-O reading's) mean curve still falls over the last fifth, or when the
+    run stored final losses alone; a flattened run keeps its words."""
+    from delaylab.paper_figures import deahes_readings as R
+
+    rounds = np.arange(3, 37, 3, dtype=np.float64)
+    flat = 2.0 * np.exp(-rounds / 3.0) + 0.5
+    steep = 2.5 - 0.05 * rounds
+    readings = list(R.READINGS)
+
+    def seeds(deahes_curve):
+        out = []
+        for s in range(3):
+            curve = {}
+            for sem in R.SEMANTICS:
+                for fm in R.FAILURE_MODELS:
+                    for m in R.BASELINES + ("EAHES-OM (full reset)",):
+                        curve[(sem, fm, m)] = flat[None]
+                    curve[(sem, fm, "DEAHES-O")] = np.stack([flat] * (len(readings) - 1) + [deahes_curve])
+            out.append({"curve": curve, "round": rounds})
+        return out
+
+    assert R.short_run({"seeds": seeds(flat), "readings": readings}) is None
+    why = R.short_run({"seeds": seeds(steep), "readings": readings})
+    assert why.startswith("a check of the pipeline") and f"DEAHES-O {readings[-1]}" in why
+    assert "still fell by 18.2%" in why  # a straight line logged from round 3: its last fifth (from round 30) 6/33
+    assert "stored only final losses" in R.short_run({"seeds": [{"loss": {}}], "readings": readings})
