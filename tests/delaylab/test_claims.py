@@ -37,7 +37,7 @@ def test_equal_needs_the_whole_interval_inside_the_margin():
 def _synthetic_readings_data(oracle_loss):
     """deahes_readings' data for 4 seeds, built by hand: baselines at fixed losses, the oracle at
     ``oracle_loss``, every DEAHES-O reading 0.004 above the oracle (inside the 2% margin of 0.5);
-    a jitter per seed shared by its runs, and a smaller one per run."""
+    a jitter per seed shared by its runs, and a smaller one per run; curves that have flattened."""
     from delaylab.paper_figures import deahes_readings as R
 
     rng = np.random.default_rng(0)
@@ -53,7 +53,9 @@ def _synthetic_readings_data(oracle_loss):
                 for o in R.ORACLES:
                     loss[(sem, fm, f"EAHES-OM ({o})")] = np.array([oracle_loss + j + rng.normal(scale=0.0003)])
                 loss[(sem, fm, "DEAHES-O")] = oracle_loss + 0.004 + j + rng.normal(scale=0.0003, size=len(R.READINGS))
-        seeds.append({"loss": loss, "clean_eahes_o": 0.9 + j,
+        rounds = np.arange(1.0, 11.0)  # every run's loss curve flattened by its end (the short-run rule)
+        curve = {k: np.asarray(v)[:, None] + 2.0 * np.exp(-rounds / 1.5) for k, v in loss.items()}
+        seeds.append({"loss": loss, "curve": curve, "round": rounds, "clean_eahes_o": 0.9 + j,
                       "clean_deahes_o": np.array([0.9 + j + (0.3 if k == 0 else 0.0) for k in range(len(R.READINGS))]),
                       "clean_h1": np.array([0.3 if k == 0 else 0.1 for k in range(len(R.READINGS))]),
                       "clean_ramp": np.zeros(len(R.READINGS)),
