@@ -20,7 +20,7 @@ import dataclasses
 import functools
 import math
 import zlib
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -533,6 +533,37 @@ def seed_sources(seed: int, sources: Sequence[str]) -> dict:
         ss = np.random.SeedSequence([int(seed), zlib.crc32(name.encode())])
         out[name] = int(ss.generate_state(1, np.uint32)[0])
     return out
+
+
+# The short-run rule of docs/findings.md: a claim the source states where the curves have flattened
+# is judged early by a run whose mean curve still falls, over its last fifth, by more than this
+# share of its whole fall: such a run is a check of the pipeline, its verdicts inconclusive.
+FLAT = 0.05
+
+
+def fall_share(rounds: Sequence[float], curve: Sequence[float]) -> float:
+    """The share of a curve's whole fall (first logged value to last) that its last fifth holds,
+    from the first log at or past 0.8 × the last round: a share, not a value relative to the final
+    one, which grows without bound as a flattened curve nears 0."""
+    r, c = np.asarray(rounds, np.float64), np.asarray(curve, np.float64)
+    if r.ndim != 1 or r.size < 2:
+        raise ValueError(f"a curve needs at least 2 logged rounds; got {r.size}")
+    if c.shape != r.shape:
+        raise ValueError(f"a curve has {c.shape} values for {r.size} logged rounds")
+    i = int(np.searchsorted(r, 0.8 * r[-1]))
+    return float((c[i] - c[-1]) / (c[0] - c[-1]))
+
+
+def still_falling(rounds: Sequence[float], curves: Mapping) -> Optional[tuple]:
+    """(share, key) of the largest :func:`fall_share` among ``curves`` (key -> a mean curve logged
+    at ``rounds``) where it exceeds ``FLAT``; None where every curve has flattened."""
+    worst = None
+    for key, curve in curves.items():
+        with np.errstate(divide="ignore", invalid="ignore"):
+            fall = fall_share(rounds, curve)
+        if np.isfinite(fall) and (worst is None or fall > worst[0]):
+            worst = (fall, key)
+    return worst if worst is not None and worst[0] > FLAT else None
 
 
 def disjoint_seeds(tune: int, report: int, *, offset: int = 10_000) -> tuple[list, list]:

@@ -249,33 +249,10 @@ def inconclusive_because(v: Verdict, why: str) -> Verdict:
     return dataclasses.replace(v, verdict=C.INCONCLUSIVE, reason="; ".join(x for x in (why, v.reason) if x))
 
 
-# The short-run rule of docs/findings.md: a claim the source states where the curves have flattened
-# is judged early by a run whose mean curve still falls, over its last fifth, by more than this
-# share of its whole fall: such a run is a check of the pipeline, its verdicts inconclusive.
-FLAT = 0.05
-
-
-def still_falling(rounds: Sequence[float], curves: Mapping) -> Optional[tuple]:
-    """(share, key) of the largest fall over the last fifth of ``rounds`` among ``curves`` (key ->
-    a mean curve logged at ``rounds``), as a share of its whole fall (first logged value to last: a
-    share, not a value relative to the final one, which grows without bound as a flattened curve
-    nears 0), where it exceeds ``FLAT``; None where every curve has flattened. The last fifth
-    starts at the first log at or past 0.8 × the last round."""
-    import numpy as np
-
-    r = np.asarray(rounds, np.float64)
-    if r.ndim != 1 or r.size < 2:
-        raise ValueError(f"still_falling needs at least 2 logged rounds; got {r.size}")
-    i = int(np.searchsorted(r, 0.8 * r[-1]))
-    worst = None
-    for key, curve in curves.items():
-        c = np.asarray(curve, np.float64)
-        if c.shape != r.shape:
-            raise ValueError(f"curve {key!r} has {c.shape} values for {r.size} logged rounds")
-        fall = (c[i] - c[-1]) / (c[0] - c[-1])
-        if np.isfinite(fall) and (worst is None or fall > worst[0]):
-            worst = (float(fall), key)
-    return worst if worst is not None and worst[0] > FLAT else None
+# The short-run rule of docs/findings.md (delaylab.claims.still_falling), here beside the rules
+# the figures apply through this module.
+FLAT = C.FLAT
+still_falling = C.still_falling
 
 
 def _judge(c: Claim, parts, margin: float, level: float, exact: bool):

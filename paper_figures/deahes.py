@@ -11,7 +11,8 @@ progress and its first exchange after recovery carries its old parameters). The 
 weight decay 0; the -O methods on the overlapping split with r = 1/P, the others on disjoint
 shards. Every claim is judged twice: at η tuned per optimiser family, and at the paper's η = 0.01
 for every optimiser. Seeds, tuning and a0: :func:`compute`; the presets (``quick``, ``full``,
-``medium``, written as ``deahes_medium.*``): :mod:`delaylab.deahes` and :func:`compute`.
+``medium``, the deciding one under the paper's failure model, and ``medium-outages``, written as
+``deahes_medium.*`` and ``deahes_medium_outages.*``): :mod:`delaylab.deahes` and :func:`compute`.
 """
 
 from __future__ import annotations
@@ -754,8 +755,8 @@ def rows(data: dict) -> list[dict]:
 
 
 def stem(data: dict) -> str:
-    if data["preset"] == "medium":
-        return "deahes_medium"
+    if data["preset"].startswith("medium"):  # medium, medium-outages
+        return "deahes_" + data["preset"].replace("-", "_")
     semantics = data.get("semantics", "suppressed")
     return "deahes" if semantics == "suppressed" else f"deahes_{semantics}"
 

@@ -394,3 +394,15 @@ def test_decisive_t_is_the_distance_at_which_a_word_stops_being_marginal():
         d = -(factor * V.decisive_t(3, 0.95) * se) + base
         (verdict, parts) = V.conjunction([("a", "below", d, 0.0)])
         assert verdict == "holds" and bool(V.marginal(parts, seeds=10)) is marginal
+
+
+def test_fall_share_is_the_last_fifths_part_of_the_whole_fall():
+    rounds = np.arange(0.0, 101.0, 10.0)
+    assert V.fall_share(rounds, 3.0 - 0.01 * rounds) == pytest.approx(0.2)  # a line: its last fifth, 20%
+    assert V.fall_share(rounds, 1.0 + np.exp(-rounds / 10.0)) == pytest.approx(
+        (np.exp(-8.0) - np.exp(-10.0)) / (1.0 - np.exp(-10.0)))
+    assert V.still_falling(rounds, {"flat": 1.0 + np.exp(-rounds / 10.0), "line": 3.0 - 0.01 * rounds}) == (
+        pytest.approx(0.2), "line")
+    assert V.still_falling(rounds, {"flat": 1.0 + np.exp(-rounds / 10.0)}) is None
+    with pytest.raises(ValueError, match="values for 11 logged rounds"):
+        V.fall_share(rounds, np.ones(3))

@@ -71,8 +71,15 @@ def test_every_preset_resamples_its_failures_per_seed_and_tunes_on_three_seeds()
     want = schedules.with_outages(schedules.fixed_computation(np.ones(4), num_events=80), fraction=1 / 3,
                                   lengths=cfg.outage_lengths, seed=deahes.sources(1)["outages"])
     np.testing.assert_array_equal(c.delivered, want.delivered)
-    for name in ("quick", "quick-stale", "medium"):
+    for name in ("quick", "quick-stale", "medium", "medium-outages"):
         assert deahes.PRESETS[name].tune_seeds >= 3 and deahes.PRESETS[name].refine >= 1
+    # the deciding preset runs the paper's failure model; the earlier one keeps its own outputs
+    from delaylab.paper_figures import deahes as fig
+
+    medium = deahes.PRESETS["medium"]
+    assert (medium.semantics, medium.failures) == ("suppressed", "iid")
+    assert [fig.stem({"preset": p}) for p in ("medium", "medium-outages", "quick")] == [
+        "deahes_medium", "deahes_medium_outages", "deahes"]
 
 
 def test_each_source_of_a_seed_has_its_own_stream():
