@@ -542,15 +542,23 @@ FLAT = 0.05
 
 
 def fall_share(rounds: Sequence[float], curve: Sequence[float]) -> float:
-    """The share of a curve's whole fall (first logged value to last) that its last fifth holds,
-    from the first log at or past 0.8 × the last round: a share, not a value relative to the final
-    one, which grows without bound as a flattened curve nears 0."""
+    """The share of a curve's whole fall (first logged value to last) that its last fifth holds: a
+    share, not a value relative to the final one, which grows without bound as a flattened curve
+    nears 0. The last fifth starts at the last log at or before 0.8 × the last round, so that with
+    coarse logs the window is at least a fifth (never less). NaN where the
+    curve did not fall (its last value at or above its first: a rising run is not one still
+    falling; a figure reports divergence on its own)."""
     r, c = np.asarray(rounds, np.float64), np.asarray(curve, np.float64)
     if r.ndim != 1 or r.size < 2:
         raise ValueError(f"a curve needs at least 2 logged rounds; got {r.size}")
     if c.shape != r.shape:
         raise ValueError(f"a curve has {c.shape} values for {r.size} logged rounds")
-    i = int(np.searchsorted(r, 0.8 * r[-1]))
+    i = int(np.searchsorted(r, 0.8 * r[-1], side="right")) - 1
+    if i < 0:
+        raise ValueError(f"logged rounds {r[0]:g}..{r[-1]:g} have no log at or before the last fifth's start "
+                         f"({0.8 * r[-1]:g}): log from earlier on")
+    if not c[0] > c[-1]:
+        return float("nan")
     return float((c[i] - c[-1]) / (c[0] - c[-1]))
 
 

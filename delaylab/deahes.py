@@ -203,15 +203,25 @@ def trend_spread(state) -> np.ndarray:
 
 # The random sources of one seed, each its own stream (claims.seed_sources): the shards, the
 # class-stratified subset F is evaluated on, the initial model, the root key of the minibatches and
-# Hutchinson probes, and the two failure models' draws. Changing the seed changes every source; no
-# two share a stream (the initial model and the minibatch keys, or the split and the evaluation
-# subset, would otherwise come from one seed).
-SOURCES = ("split", "evaluation subset", "initial model", "minibatches and probes", "failures", "outages")
+# Hutchinson probes, and each failure model's draws at each number of workers P. Changing the seed
+# changes every source; no two share a stream (the initial model and the minibatch keys, or the
+# split and the evaluation subset, would otherwise come from one seed, and with one failure stream
+# for every P the i.i.d. losses at P = 4 would be the first draws of those at P = 8). Within a seed,
+# the split, evaluation subset, initial model and keys are the same for every P.
+SOURCES = ("split", "evaluation subset", "initial model", "minibatches and probes")
+FAILURE_KINDS = ("iid", "outages")
 
 
-def sources(seed: int) -> dict:
-    """Source name (:data:`SOURCES`) -> its seed, for the run seed ``seed``."""
-    return claims.seed_sources(seed, SOURCES)
+def failure_source(kind: str, P: int) -> str:
+    """The name of the source of failure model ``kind``'s draws at P workers."""
+    return f"{kind} failures at P = {P}"
+
+
+def sources(seed: int, P: Optional[int] = None) -> dict:
+    """Source name -> its seed, for the run seed ``seed``: :data:`SOURCES`, and with ``P`` each
+    failure model's at P workers (:func:`failure_source`)."""
+    extra = () if P is None else tuple(failure_source(k, P) for k in FAILURE_KINDS)
+    return claims.seed_sources(seed, SOURCES + extra)
 
 
 def problems(P: int, cfg, Xtr, ytr, Xte, yte, seed: int = 0) -> dict:
@@ -235,18 +245,18 @@ def keys(seed: int):
 def schedules_for(P: int, cfg, rounds: Optional[int] = None, seed: int = 0, failures: Optional[str] = None):
     """(failure-free, failing) schedules of ``rounds`` (default: the preset's) communication rounds:
     equal job durations, and the failures ``failures`` (default: the preset's), drawn from seed
-    ``seed``'s stream of that failure model (:func:`sources`; each P reads it in its own shape):
-    "iid" loses each exchange with probability ``FAILURE_P``; "outages" loses blocks of
-    ``cfg.outage_lengths`` rounds covering ``cfg.outage_fraction`` of each worker's exchanges
+    ``seed``'s stream of that failure model at P workers (:func:`sources`): "iid" loses each
+    exchange with probability ``FAILURE_P``; "outages" loses blocks of ``cfg.outage_lengths``
+    rounds covering ``cfg.outage_fraction`` of each worker's exchanges
     (:func:`sim.schedules.with_outages`)."""
-    clean = schedules.fixed_computation(np.ones(P), num_events=P * (rounds or cfg.rounds))
     kind = failures or cfg.failures
+    if kind not in FAILURE_KINDS:
+        raise ValueError(f"preset {cfg.name!r}: failures must be one of {FAILURE_KINDS}; got {kind!r}")
+    clean = schedules.fixed_computation(np.ones(P), num_events=P * (rounds or cfg.rounds))
+    seed = sources(seed, P)[failure_source(kind, P)]
     if kind == "iid":
-        return clean, schedules.with_failures(clean, probability=FAILURE_P, seed=sources(seed)["failures"])
-    if kind == "outages":
-        return clean, schedules.with_outages(clean, fraction=cfg.outage_fraction, lengths=cfg.outage_lengths,
-                                             seed=sources(seed)["outages"])
-    raise ValueError(f"preset {cfg.name!r}: failures must be 'iid' or 'outages'; got {kind!r}")
+        return clean, schedules.with_failures(clean, probability=FAILURE_P, seed=seed)
+    return clean, schedules.with_outages(clean, fraction=cfg.outage_fraction, lengths=cfg.outage_lengths, seed=seed)
 
 
 def sweep(alg, problem, schedule, keys, hparams: dict, P: int, cfg: Preset):
@@ -272,13 +282,16 @@ def tune(fam: str, seed_scores: Callable[[float], Sequence[float]], cfg) -> tupl
     return claims.bracket(finite, GRIDS[fam], max_extend=cfg.max_extend, refine=cfg.refine, tie=cfg.tie), per_seed
 
 
-def stored_bracket(b: claims.Bracket, per_seed: Optional[dict] = None) -> dict:
+def stored_bracket(b: claims.Bracket, per_seed: Optional[dict] = None, tie: Optional[float] = None) -> dict:
     """A bracket as plain data (:meth:`claims.Bracket.from_stored` reads it back), with each step's
-    per-seed tuning scores where ``per_seed`` (η -> scores, from :func:`tune`) is given."""
+    per-seed tuning scores where ``per_seed`` (η -> scores, from :func:`tune`) is given, and the tie
+    rule it was bracketed with where ``tie`` is."""
     out = {"steps": list(b.steps), "scores": list(b.scores), "best": b.best, "interior": b.interior, "edge": b.edge,
            "extended": b.extended}
     if per_seed is not None:
         out["seed_scores"] = [list(per_seed[float(s)]) for s in b.steps]
+    if tie is not None:
+        out["tie"] = float(tie)
     return out
 
 
@@ -304,7 +317,9 @@ def resolution(b: dict) -> str:
     s1, s2 = b["scores"][i], b["scores"][j]
     out = (f"best η {b['steps'][i]:.4g} scores {s1:.4f}, the second best, η {b['steps'][j]:.4g}, {s2:.4f} "
            f"({(s2 - s1) / abs(s1):.2%} apart")
-    if "seed_scores" not in b:
-        return out + ")"
-    d = np.asarray(b["seed_scores"][j], np.float64) - np.asarray(b["seed_scores"][i], np.float64)
-    return out + f"; per tuning seed {claims.paired_interval(d)} over {d.size} seeds)"
+    if "seed_scores" in b:
+        d = np.asarray(b["seed_scores"][j], np.float64) - np.asarray(b["seed_scores"][i], np.float64)
+        out += f"; per tuning seed {claims.paired_interval(d)} over {d.size} seeds"
+    if "tie" in b:
+        out += f"; scores within {b['tie']:.0%} of the best count as tied, and no tied step may sit at an edge"
+    return out + ")"

@@ -87,7 +87,7 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
     if tune_seeds:
         tuned = {f: _tune(runs, f, tune_seeds, progress) for f in FAMILIES}
         brackets = {f: b for f, (b, _) in tuned.items()}
-        out["brackets"] = {f: stored_bracket(b, per_seed) for f, (b, per_seed) in tuned.items()}
+        out["brackets"] = {f: stored_bracket(b, per_seed, cfg.tie) for f, (b, per_seed) in tuned.items()}
         out["settings"] = step_settings(brackets)
         sets = {"tuned": out["settings"]["tuned"], **sets}
         others = {label: at for label, at in out["settings"].items() if label != "tuned"}
@@ -207,7 +207,7 @@ def _tune(runs: _Runs, fam: str, seeds: list, progress: bool) -> tuple[claims.Br
 
     b, per_seed = tune(fam, seed_scores, cfg)
     if progress:
-        print(f"  deahes: {fam} family: {b.note()}; {resolution(stored_bracket(b, per_seed))}", flush=True)
+        print(f"  deahes: {fam} family: {b.note()}; {resolution(stored_bracket(b, per_seed, cfg.tie))}", flush=True)
     return b, per_seed
 
 

@@ -254,7 +254,7 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
             a0 = calibration(eta)["a0"] if "DEAHES-O" in _members(fam) else None
             return [float(np.mean([tuning_run(s, m, eta, a0) for m in _members(fam)])) for s in tune_seeds]
 
-        brackets[fam] = stored_bracket(*tune(fam, seed_scores, preset))
+        brackets[fam] = stored_bracket(*tune(fam, seed_scores, preset), preset.tie)
         if progress:
             print(f"  deahes-readings: {fam} family: {claims_lib.Bracket.from_stored(brackets[fam]).note()}; "
                   f"{resolution(brackets[fam])}", flush=True)
@@ -586,6 +586,7 @@ def _body(data: dict, lines: list) -> None:
                 reproduces.append(f"{r} with the {oracle} oracle")
     lines += ["", "Readings that reproduce every claim and pass the sanity check: "
               + ("; ".join(reproduces) if reproduces else
+                 f"none can, since every verdict is inconclusive as {early}" if early else
                  "none at tuned η, where no verdict can hold without the other step settings, which this run "
                  "did not run" if data.get("label") == "tuned" and not data.get("others") else "none on this preset")
               + ".",

@@ -152,14 +152,14 @@ def _synthetic_deahes_data(oracle_gap):
     for P in (4, 8):
         for m, v in level.items():
             final = v + j + rng.normal(scale=0.0003, size=(2, 3))
-            loss = np.stack([final + 0.5, final], axis=-1)  # [τ, seeds, logs]
+            loss = final[..., None] + 0.5 * np.exp(-2.0 * np.arange(11.0))  # [τ, seeds, logs]: flattened by round 10
             run = {"loss": loss, "accuracy": np.full_like(loss, 0.5)}
             if m in ("EAHES-O", "DEAHES-O"):
                 run.update(auc=np.full((2, 3), 0.9), positives=np.full((2, 3), 2 * P),
                            negatives=np.full((2, 3), 4 * P))
             runs[("paper", P, m)] = run
     return {"preset": "test", "dataset": "none", "train_size": 10, "test_size": 10, "rounds": 10, "seeds": 3,
-            "semantics": "suppressed", "periods": [1, 2], "workers": [4, 8], "round": np.arange(2.0), "runs": runs,
+            "semantics": "suppressed", "periods": [1, 2], "workers": [4, 8], "round": np.arange(11.0), "runs": runs,
             "failures": "iid", "resample": True, "sets": ["paper"], "eta": {"paper": {"SGD": 0.01, "AdaHessian": 0.01}},
             "a0": {("paper", 4): np.ones(2), ("paper", 8): np.ones(2)}, "oracles": ["full reset"], "brackets": {},
             "tune_seeds": 0}
@@ -406,3 +406,27 @@ def test_fall_share_is_the_last_fifths_part_of_the_whole_fall():
     assert V.still_falling(rounds, {"flat": 1.0 + np.exp(-rounds / 10.0)}) is None
     with pytest.raises(ValueError, match="values for 11 logged rounds"):
         V.fall_share(rounds, np.ones(3))
+    # coarse logs: the window starts at the last log at or before 0.8 × the end, never shorter than a fifth
+    coarse = np.arange(3.0, 37.0, 3.0)  # 0.8 × 36 = 28.8: from round 27
+    assert V.fall_share(coarse, 3.0 - 0.01 * coarse) == pytest.approx(9 / 33)
+    with pytest.raises(ValueError, match="no log at or before the last fifth's start"):
+        V.fall_share([30.0, 36.0], [2.0, 1.0])
+    assert np.isnan(V.fall_share(rounds, 1.0 + 0.01 * rounds))  # a rising curve did not fall: not the rule's
+    assert V.still_falling(rounds, {"rising": 1.0 + 0.01 * rounds}) is None
+
+
+def test_readings_claims_are_inconclusive_where_a_curve_still_falls():
+    """The data whose claims all hold, with one baseline's curve a straight line in one setting:
+    every claim turns inconclusive with the short-run reason first; the sanity check stands."""
+    from delaylab.paper_figures import deahes_readings as R
+
+    data = _synthetic_readings_data(oracle_loss=0.5)
+    for s in data["seeds"]:
+        r = s["round"]
+        s["curve"][("stale", "outages", "EASGD")] = s["loss"][("stale", "outages", "EASGD")][:, None] + 0.1 * (r[-1] - r)
+    got = R.claims(data, R.DEFAULT_READING, "full reset")
+    assert {k: v.verdict for k, v in got.items()} == dict.fromkeys(got, V.INCONCLUSIVE)
+    assert all(v.reason.startswith("a check of the pipeline: the curves have not flattened") and "EASGD (stale, outages)"
+               in v.reason for v in got.values())
+    assert R.passes_sanity(R.sanity(data)[R.DEFAULT_READING])
+    assert "none can, since every verdict is inconclusive as a check of the pipeline" in R.findings(data)

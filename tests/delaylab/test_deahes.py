@@ -1,6 +1,8 @@
 """The DEAHES-O set-up (delaylab.deahes): the oracle's readings as exchange rules, the steps'
 families, and the tuning's summary, against weights and numbers written here."""
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -64,12 +66,12 @@ def test_every_preset_resamples_its_failures_per_seed_and_tunes_on_three_seeds()
     _, a = deahes.schedules_for(4, cfg, seed=0)
     _, b = deahes.schedules_for(4, cfg, seed=1)
     want = schedules.with_failures(schedules.fixed_computation(np.ones(4), num_events=80), probability=1 / 3,
-                                   seed=deahes.sources(1)["failures"])
+                                   seed=deahes.sources(1, 4)[deahes.failure_source("iid", 4)])
     np.testing.assert_array_equal(b.delivered, want.delivered)
     assert not np.array_equal(a.delivered, b.delivered)
     _, c = deahes.schedules_for(4, cfg, seed=1, failures="outages")
     want = schedules.with_outages(schedules.fixed_computation(np.ones(4), num_events=80), fraction=1 / 3,
-                                  lengths=cfg.outage_lengths, seed=deahes.sources(1)["outages"])
+                                  lengths=cfg.outage_lengths, seed=deahes.sources(1, 4)[deahes.failure_source("outages", 4)])
     np.testing.assert_array_equal(c.delivered, want.delivered)
     for name in ("quick", "quick-stale", "medium", "medium-outages"):
         assert deahes.PRESETS[name].tune_seeds >= 3 and deahes.PRESETS[name].refine >= 1
@@ -92,6 +94,10 @@ def test_each_source_of_a_seed_has_its_own_stream():
     src = deahes.sources(3)
     assert set(src) == set(deahes.SOURCES) and len(set(src.values())) == len(src)
     assert src != deahes.sources(4)
+    # each failure model at each P its own stream too; the others the same for every P
+    at4, at8 = deahes.sources(3, 4), deahes.sources(3, 8)
+    assert {k: at4[k] for k in deahes.SOURCES} == src == {k: at8[k] for k in deahes.SOURCES}
+    assert len(set(at4.values()) | set(at8.values())) == len(deahes.SOURCES) + 4
     ds = data_lib.digits()
     probs = deahes.problems(4, deahes.PRESETS["quick"], ds.x_train, ds.y_train, ds.x_test, ds.y_test, seed=3)
     want = models.cnn_classifier(ds.x_train, ds.y_train, ds.x_test, ds.y_test, num_workers=4, split="iid",
@@ -208,5 +214,24 @@ def test_readings_judge_early_where_a_curve_still_falls_or_was_not_stored():
     assert R.short_run({"seeds": seeds(flat), "readings": readings}) is None
     why = R.short_run({"seeds": seeds(steep), "readings": readings})
     assert why.startswith("a check of the pipeline") and f"DEAHES-O {readings[-1]}" in why
-    assert "still fell by 18.2%" in why  # a straight line logged from round 3: its last fifth (from round 30) 6/33
+    assert "still fell by 27.3%" in why  # a line logged from round 3: its last fifth from round 27 (≤ 28.8), 9/33
     assert "stored only final losses" in R.short_run({"seeds": [{"loss": {}}], "readings": readings})
+
+
+def test_tune_passes_the_presets_tie_to_the_bracket_and_keeps_per_seed_scores():
+    """GRIDS' 0.03 scores within 2% of the best (0.1): with the preset's tie of 2% the bracket
+    extends below it, with no tie it does not; every step evaluated keeps its tuning seeds' scores."""
+    table = {0.03: [1.00, 1.02], 0.1: [0.99, 1.01], 0.3: [2.0, 2.0]}
+
+    def seed_scores(eta):
+        return table.get(round(eta, 6), [3.0, 3.0])
+
+    cfg = deahes.PRESETS["quick"]
+    assert cfg.tie == 0.02
+    b, per_seed = deahes.tune("SGD", seed_scores, dataclasses.replace(cfg, refine=0))
+    assert b.extended == 1 and b.interior and b.steps[0] == pytest.approx(0.03 / np.sqrt(10))
+    stored = deahes.stored_bracket(b, per_seed, cfg.tie)
+    assert stored["seed_scores"] == [seed_scores(s) for s in b.steps] and stored["tie"] == 0.02
+    assert "within 2% of the best count as tied" in deahes.resolution(stored)
+    b0, _ = deahes.tune("SGD", seed_scores, dataclasses.replace(cfg, refine=0, tie=0.0))
+    assert b0.extended == 0 and b0.interior

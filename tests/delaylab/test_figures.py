@@ -720,7 +720,8 @@ def test_deahes_part_equals_a_direct_sweep_and_redraws(tmp_path, monkeypatch):
 
     def eamsgd(seed):
         failing = schedules.with_failures(schedules.fixed_computation(np.ones(2), num_events=6),
-                                          probability=setup.FAILURE_P, seed=setup.sources(seed)["failures"])
+                                          probability=setup.FAILURE_P,
+                                          seed=setup.sources(seed, 2)[setup.failure_source("iid", 2)])
         return sim.sweep(ea.eamsgd(learning_rate=setup.LR, momentum=setup.MOMENTUM, alpha=setup.ALPHA),
                          problem(seed, split="iid"), failing, keys=key(seed), log_every=2, runs="map",
                          hparams={"period": np.asarray([1, 2], np.int32), "learning_rate": np.full(2, eta, np.float32)})
