@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from delaylab import deahes
-from delaylab.sim import models
 from delaylab.algos.elastic import ExchangeContext
 
 
@@ -84,12 +83,11 @@ def test_every_preset_resamples_its_failures_per_seed_and_tunes_on_three_seeds()
         "deahes_medium", "deahes_medium_outages", "deahes"]
 
 
-def test_each_source_of_a_seed_has_its_own_stream():
-    """Split, evaluation subset, initial model, minibatch keys and failures of one seed come from
-    distinct seeds (claims.seed_sources), and the problems and keys use them."""
+def test_each_source_of_a_seed_has_its_own_stream(monkeypatch):
+    """Split, evaluation subset, initial model, minibatch keys and each failure model at each P come
+    from distinct seeds (claims.seed_sources), and the problems and keys are built from them (the
+    CNN builder recorded, not run)."""
     import jax
-
-    from delaylab.sim import data as data_lib
 
     src = deahes.sources(3)
     assert set(src) == set(deahes.SOURCES) and len(set(src.values())) == len(src)
@@ -98,13 +96,12 @@ def test_each_source_of_a_seed_has_its_own_stream():
     at4, at8 = deahes.sources(3, 4), deahes.sources(3, 8)
     assert {k: at4[k] for k in deahes.SOURCES} == src == {k: at8[k] for k in deahes.SOURCES}
     assert len(set(at4.values()) | set(at8.values())) == len(deahes.SOURCES) + 4
-    ds = data_lib.digits()
-    probs = deahes.problems(4, deahes.PRESETS["quick"], ds.x_train, ds.y_train, ds.x_test, ds.y_test, seed=3)
-    want = models.cnn_classifier(ds.x_train, ds.y_train, ds.x_test, ds.y_test, num_workers=4, split="iid",
-                                 batch_size=deahes.BATCH, eval_size=720, seed=src["split"],
-                                 eval_seed=src["evaluation subset"], init_seed=src["initial model"], dtype=np.float32)
-    for a, b in zip(jax.tree.leaves((probs["iid"].data, probs["iid"].x0)), jax.tree.leaves((want.data, want.x0))):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    calls = []
+    monkeypatch.setattr(deahes, "cnn_classifier", lambda *a, **kw: calls.append(kw) or kw["split"])
+    assert deahes.problems(4, deahes.PRESETS["quick"], None, None, None, None, seed=3) == {"iid": "iid",
+                                                                                         "overlap": "overlap"}
+    assert [(c["seed"], c["eval_seed"], c["init_seed"]) for c in calls] == [
+        (src["split"], src["evaluation subset"], src["initial model"])] * 2
     np.testing.assert_array_equal(jax.random.key_data(deahes.keys(3)),
                                   jax.random.key_data(jax.random.key(src["minibatches and probes"])[None]))
 

@@ -82,9 +82,12 @@ def test_cnn_problem_pooling_metrics_and_overlap_zero():
                               **{**kw, "num_workers": 4})
     np.testing.assert_array_equal(c.data["y"], ds.y_train[shards])
     assert np.all(np.asarray(c.data["y"][:2]) < 5) and np.all(np.asarray(c.data["y"][2:]) >= 5)
-    d = models.cnn_classifier(ds.x_train, ds.y_train, ds.x_test, ds.y_test, split=shards, init_seed=8,
+    d = models.cnn_classifier(ds.x_train, ds.y_train, ds.x_test, ds.y_test, split=shards, init_seed=8, eval_seed=5,
                               **{**kw, "num_workers": 4})
     assert not np.array_equal(c.x0["Dense_0"]["kernel"], d.x0["Dense_0"]["kernel"])
+    # eval_seed draws the evaluation subset apart from the split's seed
+    np.testing.assert_array_equal(d.data["X_eval"][:300], ds.x_train[data.stratified_subset(ds.y_train, 300, seed=5)])
+    assert not np.array_equal(c.data["X_eval"], d.data["X_eval"])
     with pytest.raises(ValueError, match="shards must be \\[4, m\\] indices"):
         models.cnn_classifier(ds.x_train, ds.y_train, ds.x_test, ds.y_test, split=shards[:3], **{**kw, "num_workers": 4})
 
