@@ -533,7 +533,7 @@ def plot(data: dict, path: str) -> None:
     cfg = data["config"]
     timing = "τ_i = i" if cfg["timing"] == "fixed" else "τ_i = i + |N(0, i)|"
     fig.suptitle(f"R5: {data['dataset']}, n = {data['n']}, Dirichlet α = {ALPHA}, {timing} ({data['preset']} preset, "
-                 f"{len(data['report_seeds'])} seeds each resampling " + ", ".join(SOURCES) + "; steps bracketed on "
+                 f"{len(data['report_seeds'])} seeds each resampling " + ", ".join(SOURCES) + ";\nsteps bracketed on "
                  f"{len(data['tune_seeds'])} other seeds; Malenia \"{reading(data)}\"; dotted: read times, the ranking judged at "
                  "the last)", fontsize=9)
     save_figure(fig, path)
