@@ -567,11 +567,18 @@ def still_falling(rounds: Sequence[float], curves: Mapping) -> Optional[tuple]:
     at ``rounds``) where it exceeds ``FLAT``; None where every curve has flattened."""
     worst = None
     for key, curve in curves.items():
-        with np.errstate(divide="ignore", invalid="ignore"):
-            fall = fall_share(rounds, curve)
+        fall = fall_share(rounds, curve)
         if np.isfinite(fall) and (worst is None or fall > worst[0]):
             worst = (fall, key)
     return worst if worst is not None and worst[0] > FLAT else None
+
+
+def still_falling_reason(what: str, share: float) -> str:
+    """The short-run rule's reason, for a verdict's text: the curve ``what`` still fell by
+    ``share`` of its whole fall over the last fifth (:func:`still_falling`)."""
+    return (f"a check of the pipeline: the curves have not flattened (over the last fifth of the rounds the mean "
+            f"training loss of {what} still fell by {share:.1%} of its whole fall, more than {FLAT:.0%}), and the "
+            "paper states its claims where they have")
 
 
 def disjoint_seeds(tune: int, report: int, *, offset: int = 10_000) -> tuple[list, list]:

@@ -249,11 +249,5 @@ def inconclusive_because(v: Verdict, why: str) -> Verdict:
     return dataclasses.replace(v, verdict=C.INCONCLUSIVE, reason="; ".join(x for x in (why, v.reason) if x))
 
 
-# The short-run rule of docs/findings.md (delaylab.claims.still_falling), here beside the rules
-# the figures apply through this module.
-FLAT = C.FLAT
-still_falling = C.still_falling
-
-
 def _judge(c: Claim, parts, margin: float, level: float, exact: bool):
     return C.judge(c.kind, parts, margin, level=level, exact=exact)

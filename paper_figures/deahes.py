@@ -332,19 +332,16 @@ def _final(run: dict, key: str) -> np.ndarray:
     return run[key][:, :, -1]
 
 
-FLAT = catalogue.FLAT
-
-
 def still_falling(data: dict, label: str) -> Optional[tuple]:
     """(share, method, P, τ) of the mean training loss's largest fall over the last fifth of the
-    logged rounds, as a share of its whole fall, where it exceeds ``FLAT`` in η set ``label``
-    (:func:`paper_figures.catalogue.still_falling`); None where every curve has flattened. The paper
+    logged rounds, as a share of its whole fall, where it exceeds ``claims.FLAT`` in η set ``label``
+    (:func:`delaylab.claims.still_falling`); None where every curve has flattened. The paper
     states its claims where the curves have flattened ("rounds: enough for the curves to
     flatten"), so a run whose curves still fall judges them early: a check of the pipeline
     (docs/findings.md)."""
     curves = {(m, P, data["periods"][t]): curve for (P, m), run in _runs(data, label).items()
               for t, curve in enumerate(np.asarray(run["loss"], np.float64).mean(axis=1))}  # [τ, logs], mean over seeds
-    got = catalogue.still_falling(data["round"], curves)
+    got = claims.still_falling(data["round"], curves)
     return None if got is None else (got[0],) + got[1]
 
 
@@ -584,10 +581,8 @@ def _judge(data: dict, label: str, lines: list) -> list:
     if outside:
         lines.append(outside[:1].upper() + outside[1:] + ".")
     falling = still_falling(data, label)
-    falling_why = "" if falling is None else (
-        f"a check of the pipeline: the curves have not flattened (over the last fifth of the rounds the mean training "
-        f"loss of {falling[1]} at P = {falling[2]}, τ = {falling[3]} still fell by {falling[0]:.1%} of its whole fall, "
-        f"more than {FLAT:.0%}), and the paper states its claims where they have")
+    falling_why = "" if falling is None else claims.still_falling_reason(
+        f"{falling[1]} at P = {falling[2]}, τ = {falling[3]}", falling[0])
     if falling is not None:
         lines.append(falling_why[:1].upper() + falling_why[1:] + ": every verdict below is inconclusive whatever "
                      "its word.")

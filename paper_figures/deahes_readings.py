@@ -59,7 +59,7 @@ class Preset:
 
 PRESETS = {p.name: p for p in (
     # quick: P = 4, τ = 1 (the paper's main period), 36 rounds so that outages of 5-20 rounds fit
-    # logged every 3 rounds: the short-run rule (paper_figures.catalogue.still_falling) reads the last fifth
+    # logged every 3 rounds: the short-run rule (delaylab.claims.still_falling) reads the last fifth
     Preset("quick", data="digits", workers=4, period=1, rounds=36, seeds=3, eval_size=720, log_rounds=3),
     Preset("full", data="mnist-format", workers=4, period=4, rounds=120, seeds=5, eval_size=10000, log_rounds=10,
            batching="map"),
@@ -371,7 +371,7 @@ def _comparisons(data, reading, oracle) -> dict:
 
 def short_run(data) -> Optional[str]:
     """Why the run judges the paper's claims too early (docs/findings.md's short-run rule,
-    :func:`paper_figures.catalogue.still_falling` over every method's and reading's mean training
+    :func:`delaylab.claims.still_falling` over every method's and reading's mean training
     loss curve), or None where every curve has flattened. Runs that stored only final losses cannot
     show their curves flattened: they are checks of the pipeline too."""
     seeds = data["seeds"]
@@ -383,13 +383,11 @@ def short_run(data) -> Optional[str]:
         mean = np.mean([s["curve"][key] for s in seeds], axis=0)  # [runs, logs]: DEAHES-O one run per reading
         for r, c in enumerate(mean):
             curves[key + ((data["readings"][r],) if key[2] == "DEAHES-O" else ())] = c
-    got = catalogue.still_falling(seeds[0]["round"], curves)
+    got = claims_lib.still_falling(seeds[0]["round"], curves)
     if got is None:
         return None
     share, (sem, fm, name, *reading) = got
-    return (f"a check of the pipeline: the curves have not flattened (over the last fifth of the rounds the mean "
-            f"training loss of {name}{' ' + reading[0] if reading else ''} ({sem}, {fm}) still fell by {share:.1%} of "
-            f"its whole fall, more than {catalogue.FLAT:.0%}), and the paper states its claims where they have")
+    return claims_lib.still_falling_reason(f"{name}{' ' + reading[0] if reading else ''} ({sem}, {fm})", share)
 
 
 def claims(data, reading, oracle) -> dict:
