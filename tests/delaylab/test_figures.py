@@ -2,6 +2,7 @@
 and each figure's own claims on small presets, against independent numbers."""
 
 import dataclasses
+import functools
 import os
 
 import numpy as np
@@ -694,8 +695,11 @@ def test_deahes_part_equals_a_direct_sweep_and_redraws(tmp_path, monkeypatch):
     monkeypatch.setattr(deahes, "FAMILIES", {"SGD": ("EAMSGD",), "AdaHessian": ("EAHES-O",)})
     monkeypatch.setattr(setup, "GRIDS", {"SGD": (0.03, 0.1, 0.3), "AdaHessian": (0.01, 0.03, 0.1)})
     monkeypatch.setattr(deahes, "algorithms", lambda **kw: {k: v for k, v in setup.algorithms(**kw).items() if k in keep})
-    # minibatches of 8 (the preset's 64 costs the CNN eight times the work; nothing here reads the size)
+    # minibatches of 8 and a CNN of 4 and 8 channels and 16 hidden units (the preset's 64 images and
+    # 32, 64 and 128 cost the runs most of this test's time; nothing here reads the sizes)
     monkeypatch.setattr(setup, "BATCH", 8)
+    small_cnn = functools.partial(cnn_classifier, channels=(4, 8), hidden=16)
+    monkeypatch.setattr(setup, "cnn_classifier", small_cnn)
     out = tmp_path / "out"
     assert cli.main(["figure", "deahes", "--preset", "tiny", "--out", str(out)]) == 0
     data = deahes.load_data(str(out / "deahes.npz"))
@@ -711,7 +715,7 @@ def test_deahes_part_equals_a_direct_sweep_and_redraws(tmp_path, monkeypatch):
 
     def problem(seed, **split):
         src = setup.sources(seed)
-        return cnn_classifier(Xtr, ytr, Xte, yte, num_workers=2, batch_size=setup.BATCH, eval_size=32,
+        return small_cnn(Xtr, ytr, Xte, yte, num_workers=2, batch_size=setup.BATCH, eval_size=32,
                               seed=src["split"], eval_seed=src["evaluation subset"], init_seed=src["initial model"],
                               dtype=np.float32, **split)
 

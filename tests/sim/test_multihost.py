@@ -82,8 +82,9 @@ def test_two_processes_share_a_sweep_and_equal_one_process_bit_for_bit(tmp_path)
 
 def test_a_dead_peer_ends_the_other_process_within_the_heartbeat_timeout(tmp_path):
     port = _free_port()
-    # long enough that process 1 is killed mid-sweep
-    procs = [_start(i, 2, port, tmp_path / f"p{i}.npz", 3_000_000, heartbeat=10) for i in range(2)]
+    # long enough that process 1 is killed mid-sweep; a heartbeat timeout of 4 s, not the 10 s of
+    # the sharing test: the survivor computes until it notices, and the suite waits for it
+    procs = [_start(i, 2, port, tmp_path / f"p{i}.npz", 3_000_000, heartbeat=4) for i in range(2)]
     try:
         deadline = time.monotonic() + 120
         seen = 0
