@@ -220,6 +220,96 @@ class _Server:
                 self.snapshots)
 
 
+class _Host:
+    """One actor process that serves a run as a worker (:meth:`as_worker`) or as the server
+    (:meth:`as_server`), and is kept idle for the next run in the same Ray session (:func:`run`'s
+    pool): starting an actor process costs seconds (it imports JAX and delaylab), a new role only
+    its compilation."""
+
+    def __init__(self):
+        self.role = None
+
+    def as_worker(self, *args) -> None:
+        self.role = _Worker(*args)
+
+    def as_server(self, *args) -> None:
+        self.role = _Server(*args)
+
+    def clear(self) -> None:
+        """Drop the last run's role: its data, state and compiled programs."""
+        self.role = None
+        jax.clear_caches()
+
+    def warm(self, arg) -> None:
+        self.role.warm(arg)
+
+    def job(self, point, k: int, t0: float):
+        return self.role.job(point, k, t0)
+
+    def start_point(self):
+        return self.role.start_point()
+
+    def apply(self, *args):
+        return self.role.apply(*args)
+
+    def final(self):
+        return self.role.final()
+
+
+# Idle hosts of the Ray session they were started in (``ray.get_runtime_context().get_job_id()``,
+# new at every ``ray.init``): a later run in the same session takes them before starting new ones.
+_POOL: dict = {"session": None, "idle": []}
+
+
+def _session(ray) -> str:
+    return ray.get_runtime_context().get_job_id()
+
+
+def _hosts(ray, roles: list) -> list:
+    """One host per ``(method, args)`` in ``roles``, configured by ``host.method(*args)``: idle
+    hosts of this session first (one that died while idle is replaced), then new ones."""
+    if _POOL["session"] != _session(ray):
+        _POOL.update(session=_session(ray), idle=[])
+    Host = ray.remote(num_cpus=0, max_restarts=0)(_Host)
+    out = [None] * len(roles)
+    todo = list(range(len(roles)))
+    try:
+        while todo:  # every host starts and sets up at once; one that died while idle is replaced
+            calls = {}
+            for r in todo:
+                pooled = bool(_POOL["idle"])
+                out[r] = _POOL["idle"].pop() if pooled else Host.remote()
+                method, args = roles[r]
+                calls[r] = (getattr(out[r], method).remote(*args), pooled)
+            todo = []
+            for r, (call, pooled) in calls.items():
+                try:
+                    ray.get(call)
+                except ray.exceptions.RayActorError:
+                    if not pooled:
+                        raise  # a new process that could not start: nothing to fall back on
+                    out[r] = None
+                    todo.append(r)
+    except BaseException:
+        for h in out:
+            if h is not None:
+                ray.kill(h)
+        raise
+    return out
+
+
+def release() -> int:
+    """End the idle actor processes that :func:`run` keeps for later runs in this Ray session;
+    returns how many. (``ray.shutdown()`` ends them too.)"""
+    import ray
+
+    idle, _POOL["idle"] = _POOL["idle"], []
+    if ray.is_initialized() and _POOL["session"] == _session(ray):
+        for h in idle:
+            ray.kill(h)
+    return len(idle)
+
+
 # --- the driver ---------------------------------------------------------------------------------
 
 
@@ -238,7 +328,10 @@ def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict
     * optional injected slowdowns (:class:`Slowdown`): a sleep added to every job of a worker, a
       worker that stalls once for a while, a worker whose process dies at a given job. A dead worker
       is reported (:attr:`RealResult.dead`) and the run goes on without it; it ends when
-      ``num_events`` results have been applied or no worker is left, with what it has.
+      ``num_events`` results have been applied or no worker is left, with what it has;
+    * the actor processes that live to the end of a complete run are kept, idle, for the next run
+      in the same Ray session, which takes them before starting new ones (starting one costs
+      seconds: it imports JAX); :func:`release` or ``ray.shutdown()`` ends them.
 
     Args:
       alg: an asynchronous :class:`algos.Algorithm` (one with ``apply``).
@@ -288,29 +381,29 @@ def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict
             warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called")
             ray.init(address=address, include_dashboard=False, log_to_driver=False,
                      **({} if address else {"num_cpus": max(2, os.cpu_count() or 2)}))
-    WorkerActor = ray.remote(num_cpus=0)(_Worker)
-    ServerActor = ray.remote(num_cpus=0)(_Server)
     stalls = {i: {} for i in range(n)}
     for w, k, s in slowdown.stalls:
         stalls[int(w)][int(k)] = float(s)
     deaths = {int(w): int(k) for w, k in slowdown.deaths}
     data_ref = ray.put(problem.data)
-    server = ServerActor.remote(alg.functions, hp, jax.tree.map(np.asarray, problem.x0), n, x64, log_every)
-    workers = [WorkerActor.options(max_restarts=0).remote(
-        i, alg.worker.job, problem.fns, data_ref, hp, base, impl, x64, float(slowdown.sleep[i]) if slowdown.sleep else 0.0,
-        stalls[i], deaths.get(i)) for i in range(n)]
-    start = ray.get(server.start_point.remote())
-    # compile everywhere before the clock starts: a worker's job, and the server's apply on a
-    # message of the shape a job returns
-    msg_like = jax.eval_shape(lambda: alg.worker.job(hp, start, engine.WorkerOracle(problem.fns, problem.data,
-                                                                                    jnp.int32(0)), key))
-    ray.get([w.warm.remote(start) for w in workers]
-            + [server.warm.remote(jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), msg_like))])
-    t0 = time.time()
-    pending = {workers[i].job.remote(start, 0, t0): (i, 0) for i in range(n)}
-    rows, dead = [], []
+    server, *workers = _hosts(ray, [("as_server", (alg.functions, hp, jax.tree.map(np.asarray, problem.x0), n, x64,
+                                                   log_every))]
+                              + [("as_worker", (i, alg.worker.job, problem.fns, data_ref, hp, base, impl, x64,
+                                                float(slowdown.sleep[i]) if slowdown.sleep else 0.0, stalls[i],
+                                                deaths.get(i))) for i in range(n)])
+    pending, rows, dead = {}, [], []
     applied = 0
+    finished = False
     try:
+        start = ray.get(server.start_point.remote())
+        # compile everywhere before the clock starts: a worker's job, and the server's apply on a
+        # message of the shape a job returns
+        msg_like = jax.eval_shape(lambda: alg.worker.job(hp, start, engine.WorkerOracle(problem.fns, problem.data,
+                                                                                        jnp.int32(0)), key))
+        ray.get([w.warm.remote(start) for w in workers]
+                + [server.warm.remote(jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), msg_like))])
+        t0 = time.time()
+        pending = {workers[i].job.remote(start, 0, t0): (i, 0) for i in range(n)}
         while applied < num_events and pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
             if not ready:
@@ -328,9 +421,19 @@ def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict
                 pending[workers[i].job.remote(point, k + 1, t0)] = (i, k + 1)
         rows = ray.get(rows)
         params, state, snaps = ray.get(server.final.remote())
+        finished = True
     finally:
-        for h in [server, *workers]:
-            ray.kill(h)
+        # after a complete run, the hosts that live on wait for the next run (a worker still busy
+        # with a job the run did not need finishes it first); a worker whose pending job is the
+        # one it dies in, and every host of a run that failed, end here
+        pending_job = {i: k for i, k in pending.values()}
+        doomed = {i for i, k in pending_job.items() if i in deaths and k >= deaths[i]} | {i for i, _ in dead}
+        for i, h in [(None, server), *enumerate(workers)]:
+            if finished and i not in doomed:
+                h.clear.remote()
+                _POOL["idle"].append(h)
+            else:
+                ray.kill(h)
     wall = rows[-1]["applied"] if rows else 0.0
     trace = {c: np.asarray([r[c] for r in rows], np.float64 if c in ("start", "finish", "applied") else np.int64)
              for c in TRACE_COLUMNS if c != "duration"}

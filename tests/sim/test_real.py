@@ -79,6 +79,9 @@ def test_real_runs_replay_exactly_end_when_every_worker_dies_and_draw_the_wallcl
     assert [len(d) for d in timing.table] == np.bincount(res.trace["worker"], minlength=4).tolist()
     assert np.allclose(timing.table[3], res.trace["duration"][res.trace["worker"] == 3])
 
+    # the processes that lived to the end wait for the next run: the server and workers 0, 1, 3
+    assert len(real._POOL["idle"]) == 4
+
     # on the same Ray instance (a test of its own would start Ray again on another xdist worker): a
     # run ends cleanly when every worker dies, with what it had: jobs 0-2 of worker 0, 0-3 of worker 1
     problem = sim.problems.random_quadratic(2, 3, seed=1, dtype=np.float32)
@@ -88,6 +91,12 @@ def test_real_runs_replay_exactly_end_when_every_worker_dies_and_draw_the_wallcl
     assert res.num_events == 7
     _, rep = _replay(algos.asgd(stepsize=0.05), problem, res, tmp_path)
     assert _rel(rep.params, res.params) <= 1e-6
+    # it took three of the four idle processes (each set up anew for its role in this run), both
+    # its workers died, its server and the fourth wait
+    assert len(real._POOL["idle"]) == 2
+
+    # one of the two idle processes ends while idle: the next run replaces it
+    ray.kill(real._POOL["idle"][0])
 
     # `delaylab figure wallclock --quick`, on the same Ray instance: a real run, its replay and the
     # fitted fixed-computation model, in seconds; the replay ends at the real run's model
@@ -107,6 +116,7 @@ def test_real_runs_replay_exactly_end_when_every_worker_dies_and_draw_the_wallcl
     # the replay logged every 10 events (31 log points with the one at time 0)
     assert schedules.from_trace(str(out / "wallclock_trace.csv")).num_events == 300
     assert len([r for r in rows if r["source"] == "replay"]) == 31
+    assert real.release() == 5 and real._POOL["idle"] == []  # its five processes ended
 
 
 def test_bad_inputs_are_refused_before_anything_starts():
