@@ -20,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping, Optional, Sequence
 
+import numpy as np
+
 from delaylab import claims as C
 
 
@@ -213,6 +215,13 @@ def verdict(claim_id: str, parts: Sequence[tuple], *, margin: float = 0.0,
         word, reason = C.step_robust(at, seeds=seeds, common=c.common_step)
         words = {k: v for k, (v, _) in at.readings().items() if k != "tuned steps"}
         readings = at.readings()
+        if reason.startswith("depends on the step") and not exact:
+            given = {f"common step {k}": p for k, p in common.items()}
+            given.update({f"neighbours {k}": p for k, p in steps.get("neighbours", {}).items()})
+            single = _single_seeds(c, tuned[0], {k: given[k] for k, w in words.items() if w != tuned[0]},
+                                   margin, level)
+            if single:
+                reason += "; " + single
     elif c.tuned and word != C.INCONCLUSIVE:
         # a claim about tuned methods judged at one fixed step: no other step is asked for, but a
         # verdict decided within two half-widths on fewer than `seeds` seeds is not read as decided
@@ -223,6 +232,25 @@ def verdict(claim_id: str, parts: Sequence[tuple], *, margin: float = 0.0,
         word, why = C.gated(word, list(gate))
         reason = "; ".join(x for x in (reason, why) if x)
     return Verdict(c, word, tuned[1], reason, words, readings)
+
+
+def _single_seeds(c: Claim, word: str, settings: Mapping[str, Sequence[tuple]], margin: float, level: float) -> str:
+    """Where a setting's word differs from the tuned steps' ``word`` (``settings``: label -> its
+    comparisons), the reported seeds (positions in each d, which are the seeds 0, 1, … of
+    :func:`delaylab.claims.disjoint_seeds`) without any one of which that setting would say
+    ``word``: a disagreement that rests on one seed, said so that a reader can look at it."""
+    out = []
+    for label, parts in settings.items():
+        n = min(len(np.atleast_1d(d)) for _, d in parts)
+        if n < 3:
+            continue
+        alone = [j for j in range(n)
+                 if _judge(c, [(name, np.delete(np.asarray(d), j)) for name, d in parts], margin, level, False)[0] == word]
+        if alone:
+            which = f"reported seed {alone[0]}" if len(alone) == 1 else \
+                f"any one of reported seeds {', '.join(map(str, alone))}"
+            out.append(f"{label} says {word} once {which} is left out")
+    return "; ".join(out)
 
 
 def unless_reference_worse(v: Verdict, behind: Sequence[tuple], ref: str, other: str) -> Verdict:

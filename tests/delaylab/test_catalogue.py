@@ -121,6 +121,14 @@ def test_catalogue_verdict_applies_the_claims_kind_and_rules():
     row = v.row("words", "evidence", "conditions")
     assert (row["id"], row["kind"], row["claim"]) == ("rescaled-slower-homogeneous", C.SUPERIORITY, "words")
     assert row["evidence"].startswith("evidence; depends on the step")
+    assert "once" not in v.reason  # neighbours + fails on every seed: no one seed decides it
+    # one seed decides a setting: without seed 3's outlier, neighbours + holds as the tuned steps do
+    spike = d.copy()
+    spike[3] = 12.0
+    v = catalogue.verdict("rescaled-slower-homogeneous", [("x", d)],
+                          steps={"common": {"γ = 1": [("x", d)]}, "neighbours": {"−": [("x", d)], "+": [("x", spike)]}})
+    assert v.steps["neighbours +"] == C.INCONCLUSIVE
+    assert v.reason.endswith("; neighbours + says holds once reported seed 3 is left out")
     v = catalogue.verdict("frequency-bias-networks", [("x", d)])  # not between tuned methods: the intervals decide
     assert v.verdict == C.HOLDS and v.steps is None
     # a claim between tuned methods judged where every method runs at one stated step (untuned)
