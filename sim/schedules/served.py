@@ -1,0 +1,167 @@
+"""Asynchronous dispatch through a server that takes time: each update travels to the server,
+waits its turn, is applied one at a time, and the new model travels back before the worker's next
+job (docs/theory.md §14).
+
+The other dispatch policies apply a result the moment its job ends and hand the worker the new
+model at once, so worker i's update rate is 1/τ_i. On real workers it is not: every update
+queues at one server and crosses the network both ways, and a fixed cost per update lengthens a
+short cycle proportionally more than a long one. :class:`Server` describes that cost;
+:func:`served` turns a timing model and a server into a :class:`~sim.schedules.schedule.Schedule`,
+computed on the host like every other schedule (the times never depend on the model's values).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from delaylab.sim.schedules.schedule import Schedule, _check_count, _short, _versions_async, as_numbers
+from delaylab.sim.schedules.timing import Timing, TraceTiming, _finish_time, _job_key
+
+SERVICE_KINDS = ("fixed", "exponential", "lognormal")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Server:
+    """A parameter server that applies one update at a time, first come first served, and the
+    links between it and the workers.
+
+    Attributes:
+      service: the mean time the server takes to apply one update (≥ 0).
+      uplink, downlink: the time an update takes to reach the server, and the new model to reach
+        the worker (≥ 0; one value, or one per worker). Fixed: a latency that varies belongs in
+        the job times.
+      kind: how service times vary: "fixed" (every update takes ``service``), "exponential"
+        (mean ``service``: the case in which docs/theory.md §14's mean value analysis is exact)
+        or "lognormal" (``service`` · exp(shape · Z − shape²/2), Z ~ N(0, 1), mean ``service``).
+      shape: the lognormal's spread.
+      seed: the service times' stream, ``numpy.random.default_rng((seed, SERVICE_STREAM))``, the
+        e-th draw for the e-th update applied (independent of the timing model's streams, which
+        are ``(seed, worker)``).
+    """
+
+    service: float
+    uplink: object = 0.0
+    downlink: object = 0.0
+    kind: str = "fixed"
+    shape: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self):
+        s = float(as_numbers(self.service, "service"))
+        if not (math.isfinite(s) and s >= 0):
+            raise ValueError(f"service must be a finite time >= 0; got {self.service!r}")
+        object.__setattr__(self, "service", s)
+        for name in ("uplink", "downlink"):
+            v = as_numbers(getattr(self, name), name)
+            if v.ndim > 1 or not np.all(np.isfinite(v)) or np.any(v < 0):
+                raise ValueError(f"{name} must be a finite time >= 0, one value or one per worker; got {_short(v)}")
+            object.__setattr__(self, name, v)
+        if self.kind not in SERVICE_KINDS:
+            raise ValueError(f"kind must be one of {SERVICE_KINDS}; got {self.kind!r}")
+        if not (math.isfinite(self.shape) and self.shape > 0):
+            raise ValueError(f"shape must be positive and finite; got {self.shape!r}")
+
+    def links(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(uplink, downlink) per worker, for n workers."""
+        out = []
+        for name in ("uplink", "downlink"):
+            v = getattr(self, name)
+            if v.ndim == 1 and v.shape[0] != n:
+                raise ValueError(f"{name} has {v.shape[0]} entries for {n} workers; give one value or one per worker")
+            out.append(np.broadcast_to(v, (n,)).astype(np.float64))
+        return out[0], out[1]
+
+    def service_times(self, count: int) -> np.ndarray:
+        """The first ``count`` service times, in the order the updates are applied."""
+        if self.kind == "fixed":
+            return np.full(count, self.service)
+        rng = np.random.default_rng((self.seed, SERVICE_STREAM))
+        if self.kind == "exponential":
+            return rng.exponential(1.0, count) * self.service
+        z = rng.standard_normal(count)
+        return self.service * np.exp(self.shape * z - 0.5 * self.shape**2)
+
+    def describe(self) -> str:
+        return (f"server {self.kind} service {self.service:g}, uplink {_short(self.uplink)}, "
+                f"downlink {_short(self.downlink)}")
+
+
+# The service times' stream id: (seed, SERVICE_STREAM) never equals a worker's (seed, i), since no
+# schedule has 2**31 workers.
+SERVICE_STREAM = 2**31
+
+
+def served(timing: Timing, server: Server, *, num_events: int, description: str = "") -> Schedule:
+    """Asynchronous workers whose updates go through ``server``.
+
+    Worker i starts its job k at s (every worker at 0 first); the job's computation ends at c =
+    s + its duration (``timing``'s table; under time-varying speeds, when its work is done); the
+    update reaches the server at a = c + uplink_i; the server applies updates one at a time in the
+    order they reached it (ties: lower worker index first, as every schedule breaks ties), taking
+    its service time S_e for the e-th, from f_e = max(a, f_{e−1}) to f_e + S_e; and the new model
+    reaches the worker at f_e + S_e + downlink_i, when its job k + 1 starts.
+
+    The schedule's events are the applications: ``finish`` is when the server has applied the
+    update (the model's time), ``start`` when the worker started the job, and ``compute_finish``
+    when its computation ended, so that ``sim.telemetry.worker_timing`` reads the time each update
+    spent travelling, queueing and being applied. Each job starts from the model the server
+    produced by applying the worker's previous update (asynchronous versions). With no latency
+    and no service time this is :func:`~sim.schedules.dispatch.asynchronous` (its times summed
+    job by job: equal where the sums are exact, such as integer durations).
+    """
+    num_events = _check_count(num_events, "num_events")
+    if not isinstance(server, Server):
+        raise TypeError(f"server must be a sim.schedules.Server; got {type(server).__name__}")
+    n = timing.num_workers
+    up, down = server.links(n)
+    service = server.service_times(num_events)
+    jobs = max(8, int(math.ceil(2.0 * num_events / n)))
+    if isinstance(timing, TraceTiming):
+        jobs = max(len(d) for d in timing.table)
+    while True:  # the duration table must outlast every worker's share of the events
+        dur = timing.durations(jobs)
+        out = _events(timing, dur, up, down, service, num_events)
+        if out is not None:
+            break
+        if isinstance(timing, TraceTiming):
+            raise ValueError(f"num_events={num_events} needs more jobs of some worker than the trace recorded; "
+                             "ask for fewer events")
+        jobs *= 2
+    worker, start, compute, finish = out
+    delivered = np.ones(num_events, dtype=bool)
+    return Schedule(
+        worker=worker, start=start, finish=finish, version=_versions_async(worker, delivered, n), delivered=delivered,
+        round=np.full(num_events, -1, dtype=np.int64), num_workers=n, policy="async",
+        mean_durations=np.asarray(timing.mean_durations, dtype=np.float64).copy(),
+        description=description or f"async {type(timing).__name__} through a {server.describe()}, {num_events} events",
+        compute_finish=compute, job_key=_job_key(timing))
+
+
+def _events(timing, dur: np.ndarray, up: np.ndarray, down: np.ndarray, service: np.ndarray, num_events: int):
+    """The event loop of :func:`served` (one pass per application; the next update applied is the
+    earliest to reach the server, a worker having at most one update on its way or waiting).
+    None where some worker needs more jobs than ``dur`` holds."""
+    n, jobs = dur.shape
+    k = np.zeros(n, np.int64)
+    start = np.zeros(n)
+    compute = np.array([_finish_time(timing, i, 0.0, dur[i, 0]) for i in range(n)])
+    arrive = compute + up
+    free = 0.0  # when the server finished its last update
+    w_out = np.empty(num_events, np.int32)
+    s_out, c_out, f_out = np.empty(num_events), np.empty(num_events), np.empty(num_events)
+    for e in range(num_events):
+        i = int(np.argmin(arrive))  # the first minimum: ties go to the lower worker index
+        free = max(arrive[i], free) + service[e]
+        w_out[e], s_out[e], c_out[e], f_out[e] = i, start[i], compute[i], free
+        if e + 1 == num_events:
+            break
+        k[i] += 1
+        if k[i] >= jobs or not np.isfinite(dur[i, k[i]]):  # a trace's worker out of recorded jobs: inf
+            return None
+        start[i] = free + down[i]
+        compute[i] = _finish_time(timing, i, start[i], dur[i, k[i]])
+        arrive[i] = compute[i] + up[i]
+    return w_out, s_out, c_out, f_out
