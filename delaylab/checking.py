@@ -28,6 +28,8 @@ from delaylab.registry import AlgorithmEntry
 from delaylab.theory import orbit as orbit_lib
 
 FIXED_POINT_CAP = 0.02  # fraction of the vanilla bias ‖x_p − x*‖ no model-based tolerance exceeds unnoticed
+SERVED = "closed form, server"  # the basis of a prediction from the server's closed network (docs/theory.md §14)
+SHARE_BATCHES = 20  # batch means of the workers' shares of the step mass, behind a server that takes time
 MC_STANDARD_ERRORS = 6.0  # the Monte Carlo part of a tolerance, in standard errors (8 batch means: a t₇ quantile)
 REPLAY_PASSES = 12  # at most, for the replays at γ/2, γ/4, γ/8 to settle
 MAX_PERIOD_EVENTS = 5000  # periodic schedules with longer hyperperiods are replayed instead
@@ -122,6 +124,21 @@ def _sensitivity(A, b, q, x) -> np.ndarray:
     Aq = np.einsum("i,ijk->jk", q, dense)
     pulls = np.einsum("ijk,ik->ij", dense, np.asarray(b, dtype=np.float64) - x)
     return np.linalg.norm(np.linalg.solve(Aq, pulls.T).T, axis=1)
+
+
+def _share_errors(schedule, base: np.ndarray, start: float) -> np.ndarray:
+    """Per worker, the standard error of its share of the step mass ``base`` (per event) over the
+    events applied in [start, end], by batch means over SHARE_BATCHES equal spans of time: behind
+    a server with random service times the shares are random, and theory's are their long-run
+    values."""
+    n = schedule.num_workers
+    edges = np.linspace(start, schedule.end_time, SHARE_BATCHES + 1)
+    shares = []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        inside = schedule.delivered & (schedule.finish > lo) & (schedule.finish <= hi)
+        mass = np.bincount(schedule.worker[inside], weights=base[inside], minlength=n)
+        shares.append(mass / max(mass.sum(), 1e-300))
+    return np.std(shares, axis=0, ddof=1) / np.sqrt(SHARE_BATCHES)
 
 
 def _share(value: float, bias: float) -> str:
@@ -242,6 +259,15 @@ def _weight_tolerance(m: Measured, entry: AlgorithmEntry, th: theory.Theory, q: 
     arrivals in the first 2τ_max, before the staleness settles, each charged the largest step an
     arrival can get; relative to the total step mass theory predicts for the run. A prediction that
     counts the run's own arrivals (schedule-based, or generated from τ) differs by float rounding."""
+    if basis == SERVED:  # the long-run rates of the server's network against one finite run
+        schedule = m.schedule
+        steps = th.tau_steps(entry.rule, run.stepsize, schedule.mean_durations)
+        c = 2 * steps  # one arrival of each worker at each end of the run
+        ends = float((c[worker] + q[worker] * c.sum()) / max(float(run.mass.sum()) - c.sum(), 1e-300))
+        se = float(_share_errors(schedule, steps[schedule.worker], 0.0)[worker])
+        return Tolerance(ends + MC_STANDARD_ERRORS * se,
+                         f"an arrival of each worker at each end {ends:.1g} + {MC_STANDARD_ERRORS:g} SE of the run's "
+                         f"share {MC_STANDARD_ERRORS * se:.1g} ({SHARE_BATCHES} batch means)")
     if basis != "closed form":  # the prediction counts the run's arrivals (or generates them from τ)
         steps = entry.event_steps(run.stepsize, m.schedule) if entry.rule is None else None
         largest = np.full(q.size, run.stepsize) if steps is None else np.array(
@@ -286,6 +312,11 @@ def _closed_form_q(entry: AlgorithmEntry, th: theory.Theory, gamma: float, sched
     realised schedule (random durations; methods with their own server clock), with q None for
     the caller to read."""
     taus = schedule.mean_durations
+    if entry.rule is not None and schedule.server is not None:
+        if theory.model.is_tau_only(entry.rule):  # the rates of the closed network (§14), not 1/τ_i
+            return th.implicit_weights(th.tau_steps(entry.rule, gamma, taus), th.server_cycles(schedule.server, taus)), \
+                SERVED
+        return None, "schedule-based"  # a delay-dependent rule: theory has no staleness law under queueing
     if entry.rule is not None:
         if not _fixed_computation(schedule):
             if theory.model.is_tau_only(entry.rule):
@@ -328,8 +359,11 @@ def check_scenario(m: Measured, th: theory.Theory = theory.PAPER, memo: Optional
         entry = m.entries[name]
         T = m.schedule.end_time
         q, basis = _closed_form_q(entry, th, run.stepsize, m.schedule, (AVERAGE_FROM * T, T))
-        if q is None:
-            q = run.schedule_weights
+        if q is None or basis == SERVED:
+            # behind a server with random service times a run's shares scatter around theory's
+            # long-run q by more than the fixed point's tolerance: the fixed point is checked at
+            # the run's own shares, and the weight row checks those against the closed form
+            q, basis = run.schedule_weights, "schedule-based"
         x_q = _safe(th.limit, m.problem, q, clip=entry.clip)
         x_q = np.full_like(x_star, np.nan) if x_q is None else x_q
         note = ""

@@ -1,7 +1,7 @@
 """Plausible wrong theories, for `delaylab verify --mutants`: can the checks see a wrong theory?
 
 Each :class:`Mutant` replaces one formula of :data:`theory.PAPER` with a mistake someone could
-make reading docs/theory.md §2–§5. :func:`score`
+make reading docs/theory.md §2–§5 and §14. :func:`score`
 checks the same measurements under every mutant: a mutant is *caught* when at least one check
 that passes under the published theory fails under it. A mutant nothing catches means the
 checks cannot tell that theory from the published one, and verify exits non-zero.
@@ -15,6 +15,7 @@ from typing import Optional
 import numpy as np
 
 from delaylab import theory, checking
+from delaylab.theory import queueing
 from delaylab.theory import weights as w
 
 
@@ -68,6 +69,10 @@ MUTANTS: tuple[Mutant, ...] = (
     _mutant("orbit-wrong-order", "the period's affine maps composed first-to-last (M ← M M_k)",
             compose=lambda Mk, ck, M, c: (M @ Mk, M @ ck + c)),
     _mutant("clipping-ignored", "clipped ASGD settles at x_q, as if no gradient were clipped", clipping=False),
+    _mutant("server-ignored", "behind a server that takes time, the workers' rates are still 1/τ_i",
+            server_cycles=lambda server, t: _taus(t)),
+    _mutant("server-links-ignored", "the server's queue counted, the links to and from it left out",
+            server_cycles=lambda server, t: 1.0 / queueing.throughputs(_taus(t), server.service)),
 )
 
 

@@ -89,6 +89,13 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("noisy", "gradient noise σ=1, τ=(1,2,3,5,8), n=5, d=3, dense",
              lambda: sim.problems.random_quadratic(5, 3, condition=3.0, spread=2.0, noise=1.0, seed=107),
              lambda: schedules.fixed_computation([1.0, 2.0, 3.0, 5.0, 8.0], num_events=80000), 0.003),
+    Scenario("server", "τ_i=i, n=4, d=10, dense; each update through a FCFS server (exponential service, mean 0.5) "
+             "and links of 0.1 up and 0.2 down: the workers' rates are the closed network's, not 1/τ_i",
+             lambda: sim.problems.random_quadratic(4, 10, condition=4.0, spread=2.0, seed=109),
+             lambda: schedules.served(schedules.FixedTiming(_taus("linear", 4)),
+                                      schedules.Server(0.5, uplink=0.1, downlink=0.2, kind="exponential", seed=9),
+                                      num_events=40000), 0.0015,
+             step_overrides=(("clipped_asgd", 0.01),)),
     Scenario("logistic", "logistic regression, τ_i=i, n=4, 5 features + intercept, full local batches",
              lambda: sim.problems.synthetic_logistic(4, 80, 5, heterogeneity=1.5, l2=0.05, seed=108),
              lambda: schedules.fixed_computation(_taus("linear", 4), num_events=60000), 0.0125),

@@ -22,6 +22,7 @@ import numpy as np
 from delaylab.theory import fixed_point as _fp
 from delaylab.theory import noise as _noise
 from delaylab.theory import orbit as _orbit
+from delaylab.theory import queueing as _queueing
 from delaylab.theory import weights as _w
 
 StepOf = Callable[[int, int], float]  # (worker, staleness) -> γ of that arrival
@@ -60,6 +61,13 @@ def _unit_weights(stepsizes, taus):
     return _w.implicit_weights(stepsizes, taus)
 
 
+def _server_cycles(server, taus) -> np.ndarray:
+    """Each worker's mean time between its updates behind ``server`` (docs/theory.md §14):
+    1/X_i of the closed network whose think times are τ_i plus the links both ways."""
+    up, down = server.links(len(taus))
+    return 1.0 / _queueing.throughputs(np.asarray(taus, np.float64) + up + down, server.service)
+
+
 @dataclasses.dataclass(frozen=True)
 class Theory:
     """Attributes (each a formula of docs/theory.md; the defaults are the published ones):
@@ -72,6 +80,8 @@ class Theory:
       floor_ratio: τ -> the predicted ratio of Rescaled's floor to vanilla's, τ_A/τ_H (R3).
       staleness_in: "updates" (the published definition) or "time".
       compose: folds an arrival's affine map into the period's map (see theory.orbit).
+      server_cycles: (server, τ) -> each worker's mean time between updates when they go through
+        a server that takes time (§14): 1/X_i, in place of τ_i in the weights.
     """
 
     name: str = "paper"
@@ -85,6 +95,7 @@ class Theory:
     floor_ratio: Callable = lambda taus: _w.arithmetic_mean(taus) / _w.harmonic_mean(taus)  # noqa: E731
     staleness_in: str = "updates"
     compose: Optional[Callable] = None
+    server_cycles: Callable = _server_cycles
 
     # --- the step rules -------------------------------------------------------------------------
 

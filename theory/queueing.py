@@ -1,22 +1,15 @@
 """Update rates of asynchronous workers behind a server that takes time (docs/theory.md §14).
 
-Each worker is one customer of a closed queueing network: it computes a job and its update and
-the new model cross the links (together, mean Z_i: its "think time"), and its update waits at the
-single first-come-first-served server to be applied (mean S, the same for every worker); then the
-cycle repeats. Worker i's throughput X_i (updates per unit time) takes the place of 1/τ_i in the
-implicit weights of docs/theory.md §2: q_i ∝ γ_i X_i.
+Each worker is one customer of a closed queueing network: its job and the links both ways (mean
+Z_i, its "think time"), then a wait at the one first-come-first-served server, which applies the
+update (mean S, the same for every worker). Worker i's throughput X_i (updates per unit time)
+takes the place of 1/τ_i in the implicit weights of docs/theory.md §2: q_i ∝ γ_i X_i.
 
-With exponential service times the network has product form (Baskett, Chandy, Muntz, Palacios
-1975), whatever the distributions of the think times (a delay station is insensitive to them), and
-with one customer per worker its normalising constant has a closed form: a state is the set K of
-workers at the server (in some order), of weight |K|! S^|K| Π_{i∉K} Z_i, so
-
-    G = Σ_k k! S^k e_{n−k}(Z),    X_i = G_{−i} / G,
-
-with e_m the m-th elementary symmetric polynomial of the think times and G_{−i} the same sum
-without worker i (:func:`throughputs`, O(n²), in logarithms so that n! does not overflow). With
-fixed service times the network is not of product form and the formula is an approximation; its
-error against the simulator is in benchmarks/RESULTS.md.
+With exponential service the network has product form, whatever the think-time distributions,
+and with one customer per worker its normalising constant is G = Σ_k k! S^k e_{n−k}(Z) (e_m the
+elementary symmetric polynomials), so X_i = G_{−i}/G exactly (:func:`throughputs`; the derivation
+is in docs/theory.md §14). With fixed service times the formula is an approximation, whose error
+against the simulator is in benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations

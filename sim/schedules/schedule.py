@@ -88,6 +88,9 @@ class Schedule:
       applied_at: float64 or None: when the server applies each event's result, where that is
         later than ``finish`` and not a barrier round's end (time-bounded rounds: at the check
         that closes the round). :func:`sim.telemetry.worker_timing` reads it for queue delays.
+      server: None, or the :class:`~sim.schedules.served.Server` the updates went through
+        (:func:`~sim.schedules.served.served`): theory reads the workers' update rates from it
+        (docs/theory.md §14) instead of 1/τ_i.
     """
 
     worker: np.ndarray
@@ -105,6 +108,7 @@ class Schedule:
     pull_only: np.ndarray | None = None
     tag: np.ndarray | None = None
     applied_at: np.ndarray | None = None
+    server: object = None
 
     def __post_init__(self):
         for name in _PER_EVENT + ("job_key",):
@@ -187,6 +191,7 @@ class Schedule:
             "arrivals_per_worker": self.arrivals_per_worker().tolist(),
             "staleness_mean": float(np.mean(st)),
             "staleness_max": int(np.max(st)),
+            **({} if self.server is None else {"server": self.server.describe()}),
         }
 
     def digest(self) -> str:

@@ -85,8 +85,9 @@ class Server:
         return self.service * np.exp(self.shape * z - 0.5 * self.shape**2)
 
     def describe(self) -> str:
-        return (f"server {self.kind} service {self.service:g}, uplink {_short(self.uplink)}, "
-                f"downlink {_short(self.downlink)}")
+        links = {name: f"{float(v):g}" if v.ndim == 0 else _short(v)
+                 for name, v in (("uplink", self.uplink), ("downlink", self.downlink))}
+        return f"FCFS server, {self.kind} service of mean {self.service:g}, uplink {links['uplink']}, downlink {links['downlink']}"
 
 
 # The service times' stream id: (seed, SERVICE_STREAM) never equals a worker's (seed, i), since no
@@ -137,7 +138,7 @@ def served(timing: Timing, server: Server, *, num_events: int, description: str 
         round=np.full(num_events, -1, dtype=np.int64), num_workers=n, policy="async",
         mean_durations=np.asarray(timing.mean_durations, dtype=np.float64).copy(),
         description=description or f"async {type(timing).__name__} through a {server.describe()}, {num_events} events",
-        compute_finish=compute, job_key=_job_key(timing))
+        compute_finish=compute, job_key=_job_key(timing), server=server)
 
 
 def _events(timing, dur: np.ndarray, up: np.ndarray, down: np.ndarray, service: np.ndarray, num_events: int):

@@ -18,8 +18,10 @@ from delaylab.registry import ALGORITHMS
 pytestmark = pytest.mark.slow  # holds tests of 10 s or more: run first (tests/conftest.py)
 
 SCENARIOS = ("toy-1d", "tau-i2", "cycle-map")
-# the noise floor's mutants are tried on a shorter noise-floor run of their own (below)
+# the noise floor's mutants are tried on a shorter noise-floor run of their own, and the server's
+# on the server scenario (below)
 NOISE_MUTANTS = ("noise-floor-x2", "noise-floor-half", "floor-ratio-max-min")
+SERVER_MUTANTS = ("server-ignored", "server-links-ignored")
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +34,7 @@ def verified(tmp_path_factory):
     table = io.StringIO()
     with contextlib.redirect_stdout(table):
         status = verify.run_verify(str(out), as_json=False, names=list(SCENARIOS), quiet=True, mutants=True,
-                                   mutant_list=[m for m in mutants.MUTANTS if m.name not in NOISE_MUTANTS],
+                                   mutant_list=[m for m in mutants.MUTANTS if m.name not in NOISE_MUTANTS + SERVER_MUTANTS],
                                    figure=lambda o: paper_figures.figure("r1").write(o, quiet=True))
     return status, table.getvalue(), out
 
@@ -97,7 +99,7 @@ def test_every_mutant_is_caught(verified):
     status, table, out = verified
     report = json.loads((out / "summary.json").read_text())["mutants"]
     assert len(mutants.MUTANTS) >= 10
-    assert len(report["mutants"]) == len(mutants.MUTANTS) - len(NOISE_MUTANTS)
+    assert len(report["mutants"]) == len(mutants.MUTANTS) - len(NOISE_MUTANTS) - len(SERVER_MUTANTS)
     for name, row in report["mutants"].items():
         assert row["caught_by"], f"mutant {name} survived"
     assert report["score"] == 1.0 and report["survivors"] == []
@@ -124,6 +126,27 @@ def test_the_noise_floor_mutants_are_caught():
     assert report.survivors == []
     assert all("noise floor" in c for c in report.caught_by["noise-floor-x2"] + report.caught_by["noise-floor-half"])
     assert report.caught_by["floor-ratio-max-min"] == ["noise-floor/rescaled_asgd floor ratio Rescaled / vanilla (τ_A/τ_H)"]
+
+
+def test_the_server_scenario_passes_and_its_mutants_are_caught():
+    """The server scenario (updates through a FCFS server with exponential service and links each
+    way), vanilla and Rescaled ASGD: the published theory passes, its weight rows read the closed
+    network's rates (docs/theory.md §14), and a theory that ignores the server, or its links,
+    fails them."""
+    import jax
+
+    from delaylab.registry import ALGORITHMS as REG
+
+    jax.config.update("jax_enable_x64", True)
+    m = verify.measure_scenario(scenarios.scenario("server"), algorithms=[REG["asgd"], REG["rescaled_asgd"]])
+    checks = verify.check_scenario(m)
+    assert all(c.passed for c in checks), [c for c in checks if not c.passed]
+    assert sum("(closed form, server)" in c.quantity for c in checks) == 2
+    by_name = {mu.name: mu for mu in mutants.MUTANTS}
+    report = mutants.score([m], checks, [by_name[n] for n in SERVER_MUTANTS])
+    assert report.survivors == []
+    for n in SERVER_MUTANTS:
+        assert {c.split("/")[1].split(" ")[0] for c in report.caught_by[n]} >= {"asgd", "rescaled_asgd"}, n
 
 
 def test_synthetic_two_percent_method_is_told_apart(verified):
