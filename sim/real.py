@@ -30,7 +30,7 @@ from delaylab.algos.base import Algorithm, Event, check_protocol
 
 # "duration" (finish − start) makes the trace readable by sim.schedules.read_trace as well, as a
 # table of job durations (for timing models fitted to a real run)
-TRACE_COLUMNS = ("event", "worker", "job", "start", "finish", "duration", "applied", "version", "staleness",
+TRACE_COLUMNS = ("event", "worker", "job", "start", "finish", "duration", "applied", "served", "version", "staleness",
                  "delivered", "key0", "key1")
 
 
@@ -95,7 +95,8 @@ class RealResult:
         """The trace as CSV at ``path`` and its metadata as ``path + '.json'``; returns ``path``.
 
         Per applied result: the worker, its job number, when the job started and finished on the
-        worker, when the server applied it, the server version the job started from, its staleness
+        worker, when the server began applying it (``applied``) and had applied it (``served``),
+        the server version the job started from, its staleness
         and the job's key; the JSON file holds the run's base key and its dead workers."""
         from delaylab.sim import store
 
@@ -206,7 +207,8 @@ class _Server:
         with jax.threefry_partitionable(True):
             self.state, point, _ = self._apply(self.hparams, self.state, msg, event)
             point = jax.block_until_ready(point)
-        row = {"event": e, "worker": worker, "job": k, "start": start, "finish": finish, "applied": applied,
+        served = time.time() - t0
+        row = {"event": e, "worker": worker, "job": k, "start": start, "finish": finish, "applied": applied, "served": served,
                "version": int(self.handed[worker]), "staleness": staleness, "delivered": 1,
                "key0": int(key_data[0]), "key1": int(key_data[1])}
         self.version += 1
@@ -435,7 +437,7 @@ def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict
             else:
                 ray.kill(h)
     wall = rows[-1]["applied"] if rows else 0.0
-    trace = {c: np.asarray([r[c] for r in rows], np.float64 if c in ("start", "finish", "applied") else np.int64)
+    trace = {c: np.asarray([r[c] for r in rows], np.float64 if c in ("start", "finish", "applied", "served") else np.int64)
              for c in TRACE_COLUMNS if c != "duration"}
     trace["duration"] = trace["finish"] - trace["start"]
     times = np.asarray([t for t, _ in snaps])

@@ -166,3 +166,83 @@ def _events(timing, dur: np.ndarray, up: np.ndarray, down: np.ndarray, service: 
         compute[i] = _finish_time(timing, i, start[i], dur[i, k[i]])
         arrive[i] = compute[i] + up[i]
     return w_out, s_out, c_out, f_out
+
+
+# --- a server model fitted to a real run's trace ------------------------------------------------
+
+UPLINK_QUANTILE = 0.1  # an update's time from the end of its job to the start of its service is the
+# uplink plus its wait behind other updates (≥ 0): a low quantile reads the uplink off the updates
+# that did not wait, where a minimum would read one lucky outlier
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Fit:
+    """A timing model and a server fitted to a real run's trace (:func:`fit`).
+
+    Attributes:
+      timing: each worker's job times, its shortest job plus an exponential tail of the measured
+        mean's excess (so the mean is the measured one): a :class:`~sim.schedules.timing.RandomTiming`.
+      server: the service times' measured mean and log-spread (lognormal; fixed where every
+        service took the same time), and each worker's uplink and downlink.
+      job_mean: each worker's measured mean job time; service: the measured service times.
+    """
+
+    timing: object
+    server: Server
+    job_mean: np.ndarray
+    service: np.ndarray
+
+    def schedule(self, num_events: int) -> Schedule:
+        """A schedule of the fitted model (:func:`served`)."""
+        return served(self.timing, self.server, num_events=num_events, description=f"server model fitted to a trace, "
+                                                                                   f"{num_events} events")
+
+    def think(self) -> np.ndarray:
+        """Each worker's mean job time plus its links: the think times of docs/theory.md §14."""
+        up, down = self.server.links(self.job_mean.size)
+        return self.job_mean + up + down
+
+
+def fit(trace, *, seed: int = 0) -> Fit:
+    """Fit a server model to a real run's trace (``sim.real.RealResult.trace``, or the path of a
+    trace file it wrote): per update the worker, when its job started and finished on the worker,
+    when the server began applying it (``applied``) and had applied it (``served``).
+
+    Job times: ``finish − start`` per worker. Service times: ``served − applied``. Uplink of worker
+    i: the UPLINK_QUANTILE quantile of ``applied − finish`` over its updates (the rest waited
+    behind others). Downlink: the median of the time from ``served`` to the worker's next
+    ``start``. ``seed`` seeds the fitted model's draws."""
+    from delaylab.sim.schedules.timing import RandomTiming
+
+    need = ("worker", "start", "finish", "applied", "served")
+    if not isinstance(trace, dict):
+        import csv
+        import os
+
+        with open(os.fspath(trace), newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        trace = {c: np.asarray([float(r[c]) for r in rows]) for c in need if rows and c in rows[0]}
+    missing = [c for c in need if c not in trace]
+    if missing:
+        raise ValueError(f"the trace lacks {missing}: a real run's trace records, per update, {list(need)} "
+                         "(traces written before the server's end of service was recorded cannot be fitted)")
+    w = np.asarray(trace["worker"], np.int64)
+    start, finish, applied, done = (np.asarray(trace[c], np.float64) for c in need[1:])
+    n = int(w.max()) + 1
+    per = [np.flatnonzero(w == i) for i in range(n)]
+    if any(len(ev) < 2 for ev in per):
+        raise ValueError(f"every worker needs at least two updates in the trace to fit its links; counts "
+                         f"{[len(ev) for ev in per]}")
+    jobs = finish - start
+    job_mean = np.array([jobs[ev].mean() for ev in per])
+    shortest = np.array([jobs[ev].min() for ev in per])
+    up = np.array([max(0.0, float(np.quantile(applied[ev] - finish[ev], UPLINK_QUANTILE))) for ev in per])
+    down = np.array([max(0.0, float(np.median(start[ev[1:]] - done[ev[:-1]]))) for ev in per])
+    service = np.maximum(done - applied, 0.0)
+    positive = service[service > 0]
+    spread = float(np.std(np.log(positive))) if positive.size > 1 else 0.0
+    kind = "lognormal" if spread > 0 else "fixed"
+    server = Server(float(service.mean()), uplink=up, downlink=down, kind=kind, shape=spread if spread > 0 else 1.0,
+                    seed=seed)
+    timing = RandomTiming(shortest, noise="exponential", scale=job_mean - shortest, seed=seed)
+    return Fit(timing, server, job_mean, service)

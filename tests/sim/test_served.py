@@ -38,13 +38,14 @@ def _event_loop(durations, up, down, service, num_events):
         if kind == 1:  # worker i's update reached the server
             queue.append((t, i))
         else:  # the server applied worker i's update
-            out.append((i, started[i], computed[i], t))
+            out.append((i, started[i], computed[i], t, began))
             heapq.heappush(heap, (t + down[i], 0, i, next(seq)))
             busy_until = None
         if busy_until is None and queue:
             queue.sort()
             a, j = queue.pop(0)
-            busy_until = max(a, t) + service[e]
+            began = max(a, t)
+            busy_until = began + service[e]
             e += 1
             heapq.heappush(heap, (busy_until, 2, j, next(seq)))
     return [np.array(c) for c in zip(*out)]
@@ -62,7 +63,7 @@ def test_served_schedule_is_the_event_loop_event_for_event(case):
     num_events = 400
     sched = S.served(timing, server, num_events=num_events)
     up, down = server.links(timing.num_workers)
-    w, start, compute, applied = _event_loop(timing.durations(num_events), up, down,
+    w, start, compute, applied, _ = _event_loop(timing.durations(num_events), up, down,
                                              server.service_times(num_events), num_events)
     np.testing.assert_array_equal(sched.worker, w)
     np.testing.assert_array_equal(sched.start, start)
@@ -149,3 +150,31 @@ def test_simulated_update_rates_match_theory_under_exponential_service():
     assert np.all(np.abs(measured - predicted) <= 4 * se)
     # and far from fixed computation's 1/τ_i: the server's time is what moved them
     assert np.all(np.abs(measured - 1 / taus) > 20 * se)
+
+
+def test_a_fitted_server_model_recovers_the_one_that_made_the_trace():
+    """A trace of the form a real run writes (worker, job start and end, service start and end),
+    made by the event loop above from a known model: the fit reads back the links exactly (a
+    lightly loaded server: most updates do not wait), and the job times' means, the service
+    times' mean and log-spread within 4 standard errors."""
+    taus, scale = np.array([1.0, 2.0, 3.0]), np.array([0.5, 0.2, 1.0])
+    timing = S.RandomTiming(taus, noise="exponential", scale=scale, seed=5)
+    server = S.Server(0.1, uplink=[0.05, 0.1, 0.2], downlink=[0.02, 0.04, 0.0], kind="lognormal", shape=0.4, seed=6)
+    N = 6000
+    up, down = server.links(3)
+    w, start, compute, applied, began = _event_loop(timing.durations(N), up, down, server.service_times(N), N)
+    got = S.fit({"worker": w, "start": start, "finish": compute, "applied": began, "served": applied})
+    fu, fd = got.server.links(3)
+    np.testing.assert_allclose(fu, up, atol=1e-12)
+    np.testing.assert_allclose(fd, down, atol=1e-12)
+    for i in range(3):
+        d = (compute - start)[w == i]
+        se = d.std(ddof=1) / np.sqrt(d.size)
+        assert abs(got.job_mean[i] - (taus[i] + scale[i])) <= 4 * se
+        assert taus[i] <= got.timing.taus[i] <= taus[i] + 0.01 * scale[i]  # the shortest job, just above τ_i
+    s = applied - began
+    assert abs(got.server.service - 0.1) <= 4 * s.std(ddof=1) / np.sqrt(N)
+    assert got.server.kind == "lognormal" and abs(got.server.shape - 0.4) <= 4 * 0.4 / np.sqrt(2 * N)
+    np.testing.assert_allclose(got.think(), got.job_mean + up + down)
+    with pytest.raises(ValueError, match="lacks \\['served'\\]"):
+        S.fit({"worker": w, "start": start, "finish": compute, "applied": began})
