@@ -106,12 +106,14 @@ def test_real_runs_replay_exactly_end_when_every_worker_dies_and_draw_the_wallcl
     assert cli.main(["figure", "wallclock", "--quick", "--out", str(out)]) == 0
     with open(out / "wallclock.csv") as fh:
         rows = list(csv.DictReader(fh))
-    assert {row["source"] for row in rows} == {"real", "replay", "fixed_model"}
+    assert {row["source"] for row in rows} == {"real", "replay", "fixed_model", "server_model"}
     real_rows = [r for r in rows if r["source"] == "real"]
     assert float(real_rows[-1]["loss"]) < float(real_rows[0]["loss"])  # the real run trained
     text = (out / "wallclock.txt").read_text()
     rel = float(text.split("relative difference ")[1].split(" ")[0])
     assert rel <= 1e-6  # the replay ends at the real run's model
+    # the server model fitted to the trace (its runs' shares and time said in the text)
+    assert "The server model fitted to the same trace" in text and "by the closed form" in text
     # the trace it wrote is the real run's: read back, a schedule of the quick preset's 300 events, which
     # the replay logged every 10 events (31 log points with the one at time 0)
     assert schedules.from_trace(str(out / "wallclock_trace.csv")).num_events == 300
