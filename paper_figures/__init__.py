@@ -33,7 +33,11 @@ FIGURES = {
     "hetero-mitigation": ("delaylab.paper_figures.hetero_mitigation",
                           "one mitigation at a time: throughput, final loss, specialisation index"),
     "wallclock": ("delaylab.paper_figures.wallclock",
-                  "a real Ray run against its exact replay and the fixed-computation model fitted to it, in seconds"),
+                  "a real Ray run against its exact replay, and the fixed-computation and server models fitted to it, "
+                  "in seconds"),
+    "server-timing": ("delaylab.paper_figures.server_timing",
+                      "real Ray workers against fixed computation and the fitted server model: update shares and "
+                      "the limit, by worker count and job scale"),
     "bias-networks": ("delaylab.paper_figures.bias_networks",
                       "vanilla ASGD's frequency-weighted bias on an MLP and a CNN, non-i.i.d. shards, against theory"),
     "r6": ("delaylab.paper_figures.r6_homogeneous", "homogeneous data: Rescaled vs vanilla (noise floor τ_A/τ_H), median/IQR over seeds"),

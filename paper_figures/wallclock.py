@@ -174,8 +174,10 @@ def findings(data: dict) -> str:
             f"{1000 * data['service_mean']:.2f} ms on average (lognormal spread {data['service_shape']:.2f}), uplink "
             f"{', '.join(f'{1000 * u:.2f}' for u in data['uplink'])} ms and downlink "
             f"{', '.join(f'{1000 * d:.2f}' for d in data['downlink'])} ms per worker. Simulated, it needs "
-            f"{data['served_seconds']:.2f} s for the run's updates (real {data['real_seconds']:.2f} s, fixed model "
-            f"{data['fixed_seconds']:.2f} s); its updates per worker {data['served_counts'].tolist()}.",
+            f"{data['served_seconds']:.2f} s for the run's updates ({100 * (data['served_seconds'] / data['real_seconds'] - 1):+.0f}% "
+            f"against the real {data['real_seconds']:.2f} s; the fixed model {data['fixed_seconds']:.2f} s); its updates per "
+            f"worker {data['served_counts'].tolist()}. It is fitted to the whole trace it is compared with (in sample; "
+            "`delaylab figure server-timing` fits on one half and scores on the other), and it has no stall.",
             f"- Shares of the updates, workers 0–3: real {', '.join(f'{100 * v:.1f}' for v in real_share)} %; fixed model "
             f"{', '.join(f'{100 * v:.1f}' for v in fixed_share)} % (largest error {100 * err['fixed']:.1f} points); "
             f"server model simulated {', '.join(f'{100 * v:.1f}' for v in srv_share)} % ({100 * err['served']:.1f} "

@@ -202,20 +202,23 @@ class _Server:
     def apply(self, worker: int, msg, k: int, start: float, finish: float, key_data, t0: float):
         applied = time.time() - t0
         e = self.version
-        staleness = int(self.version - self.handed[worker])
+        version = int(self.handed[worker])  # the server version the job started from
+        staleness = e - version
         event = self._event(e, worker, applied, staleness)
         with jax.threefry_partitionable(True):
             self.state, point, _ = self._apply(self.hparams, self.state, msg, event)
-            point = jax.block_until_ready(point)
-        served = time.time() - t0
-        row = {"event": e, "worker": worker, "job": k, "start": start, "finish": finish, "applied": applied, "served": served,
-               "version": int(self.handed[worker]), "staleness": staleness, "delivered": 1,
-               "key0": int(key_data[0]), "key1": int(key_data[1])}
+            point = jax.tree.map(np.asarray, point)
         self.version += 1
         self.handed[worker] = self.version
         if self.version % self.log_every == 0:
             self.snapshots.append((applied, jax.tree.map(np.asarray, self.params_of(self.state))))
-        return jax.tree.map(np.asarray, point), row
+        # the end of the service: everything the server does for this update is done (only the
+        # return of the new model, to the worker, is left)
+        served = time.time() - t0
+        row = {"event": e, "worker": worker, "job": k, "start": start, "finish": finish, "applied": applied, "served": served,
+               "version": version, "staleness": staleness,
+               "delivered": 1, "key0": int(key_data[0]), "key1": int(key_data[1])}
+        return point, row
 
     def final(self):
         return (jax.tree.map(np.asarray, self.params_of(self.state)), jax.tree.map(np.asarray, self.state),

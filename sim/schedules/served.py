@@ -170,9 +170,7 @@ def _events(timing, dur: np.ndarray, up: np.ndarray, down: np.ndarray, service: 
 
 # --- a server model fitted to a real run's trace ------------------------------------------------
 
-UPLINK_QUANTILE = 0.1  # an update's time from the end of its job to the start of its service is the
-# uplink plus its wait behind other updates (≥ 0): a low quantile reads the uplink off the updates
-# that did not wait, where a minimum would read one lucky outlier
+MIN_IDLE_UPDATES = 3  # a worker's uplink is its own mean over this many updates at an idle server, or more
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -209,9 +207,12 @@ def fit(trace, *, seed: int = 0) -> Fit:
     when the server began applying it (``applied``) and had applied it (``served``).
 
     Job times: ``finish − start`` per worker. Service times: ``served − applied``. Uplink of worker
-    i: the UPLINK_QUANTILE quantile of ``applied − finish`` over its updates (the rest waited
-    behind others). Downlink: the median of the time from ``served`` to the worker's next
-    ``start``. ``seed`` seeds the fitted model's draws."""
+    i: the mean of ``applied − finish`` over its updates whose job ended after the server had
+    finished the update before (so that none waited behind another at the server: what remains is
+    the time in transit, including the driver's; pooled over the workers where a worker has fewer
+    than MIN_IDLE_UPDATES such updates). Downlink: the mean time from ``served`` to the worker's
+    next ``start``. The links are delays in the model: a driver that handles one update at a time
+    queues them, which the model does not. ``seed`` seeds the fitted model's draws."""
     from delaylab.sim.schedules.timing import RandomTiming
 
     need = ("worker", "start", "finish", "applied", "served")
@@ -236,8 +237,16 @@ def fit(trace, *, seed: int = 0) -> Fit:
     jobs = finish - start
     job_mean = np.array([jobs[ev].mean() for ev in per])
     shortest = np.array([jobs[ev].min() for ev in per])
-    up = np.array([max(0.0, float(np.quantile(applied[ev] - finish[ev], UPLINK_QUANTILE))) for ev in per])
-    down = np.array([max(0.0, float(np.median(start[ev[1:]] - done[ev[:-1]]))) for ev in per])
+    order = np.argsort(applied, kind="stable")  # the server's order
+    idle = np.ones(w.size, bool)
+    idle[order[1:]] = finish[order[1:]] >= done[order[:-1]]  # the update before was served when this job ended
+    transit = applied - finish
+    if not np.any(idle):
+        raise ValueError("no update in the trace reached an idle server, so its uplink cannot be told from its wait")
+    pooled = float(transit[idle].mean())
+    up = np.array([max(0.0, float(transit[ev][idle[ev]].mean())) if np.sum(idle[ev]) >= MIN_IDLE_UPDATES
+                   else max(0.0, pooled) for ev in per])
+    down = np.array([max(0.0, float(np.mean(start[ev[1:]] - done[ev[:-1]]))) for ev in per])
     service = np.maximum(done - applied, 0.0)
     positive = service[service > 0]
     spread = float(np.std(np.log(positive))) if positive.size > 1 else 0.0

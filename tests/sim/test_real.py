@@ -51,7 +51,7 @@ def _logistic_run(tmp_path):
     return res, sched, rep
 
 
-def test_real_runs_replay_exactly_end_when_every_worker_dies_and_draw_the_wallclock_figure(tmp_path):
+def test_real_runs_replay_exactly_end_when_every_worker_dies_and_draw_the_wallclock_figure(tmp_path, monkeypatch):
     """One test for everything that starts Ray, not a module-scoped fixture or several tests:
     pytest-xdist spreads a module's tests over its workers and runs such a fixture once per worker,
     so each would start Ray and its worker processes again (measured: three tests on two workers
@@ -118,7 +118,33 @@ def test_real_runs_replay_exactly_end_when_every_worker_dies_and_draw_the_wallcl
     # the replay logged every 10 events (31 log points with the one at time 0)
     assert schedules.from_trace(str(out / "wallclock_trace.csv")).num_events == 300
     assert len([r for r in rows if r["source"] == "replay"]) == 31
-    assert real.release() == 5 and real._POOL["idle"] == []  # its five processes ended
+
+    # `delaylab figure server-timing` on a tiny preset (3 workers, sleeps of 2–16 ms, two runs of 150
+    # updates), on the same Ray instance: each run's shares and limits under the three timing models
+    # (fitted on the first half of its trace), and a redraw from the stored data gives the same text
+    import dataclasses
+
+    from delaylab.paper_figures import server_timing
+
+    tiny = dataclasses.replace(server_timing.PRESETS["quick"], name="tiny", workers=(3,), scales=(0.002,), runs=2,
+                               events=150)
+    monkeypatch.setitem(server_timing.PRESETS, "tiny", tiny)
+    out = tmp_path / "st"
+    assert cli.main(["figure", "server-timing", "--preset", "tiny", "--out", str(out)]) == 0
+    data = server_timing.FIGURE.load(str(out / "server_timing_tiny.npz"))
+    for r in (0, 1):
+        got = data["results"][(3, 0.002, r)]
+        for k in ("real_share", "server_share", "links_share", "fixed_share", "simulated_share"):
+            assert got[k].shape == (3,) and abs(float(got[k].sum()) - 1) < 1e-9, k
+        assert got["fixed_share"][0] > got["fixed_share"][2]  # 1/τ̂: the fast worker first
+        assert set(got["distance"]) == {"server", "links", "fixed", "own"} and got["bias"] > 0
+        assert 0 < got["busy"] < 1
+    text = (out / "server_timing_tiny.txt").read_text()
+    assert "- n = 3, sleeps 2–16 ms" in text and "Share error: fixed" in text and "sign test" in text
+    (out / "server_timing_tiny.txt").unlink()
+    assert cli.main(["figure", "server-timing", "--redraw", str(out / "server_timing_tiny.npz"), "--out", str(out)]) == 0
+    assert (out / "server_timing_tiny.txt").read_text() == text
+    assert real.release() == 5 and real._POOL["idle"] == []  # the five processes of the largest run ended
 
 
 def test_bad_inputs_are_refused_before_anything_starts():
