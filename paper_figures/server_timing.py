@@ -1,22 +1,15 @@
 """Real workers against timing models: which predicts who delivers the updates, and where vanilla
 ASGD settles? (docs/theory.md §14)
 
-Vanilla ASGD on logistic regression with non-i.i.d. shards (full local batches, so that the run's
-average sits at the fixed point of its own update shares up to O(γ)), on Ray workers
-(:mod:`sim.real`) whose jobs compute a gradient and then sleep, the sleeps spread 8× (scale × 1 …
-8, evenly in log), for several worker counts and job scales, each run ``runs`` times. Every model
-is fitted to the first half of a run's trace and scored on the second (out of sample):
-
-* **fixed computation**: rates 1/τ̂_i, τ̂_i the mean measured job time (start to end on the worker);
-* **links, no queue**: rates 1/(τ̂_i + uplink_i + downlink_i + S), the fitted server model's
-  costs as pure delays (nobody waits for the server): what the server model adds beyond a fixed
-  cost per update is its queue;
-* **server model**: ``sim.schedules.fit`` (job times, the server's service times, the links each
-  way), its rates by the closed form X_i = G_{−i}/G (``theory.queueing.throughputs``).
-
-Per run: each model's largest error in the workers' shares of the second half's updates, and the
-distance of the run's average model (second half) to each model's x_q, beside the distance to x_q
-at the run's own shares (the O(γ) offset and averaging noise left when the shares are right).
+Vanilla ASGD on logistic regression with non-i.i.d. shards (full local batches), on Ray workers
+(:mod:`sim.real`) whose jobs compute a gradient and then sleep, the sleeps spread 8×, for several
+worker counts and job scales, each run ``runs`` times. Every model is fitted to the first half of a
+run's trace and scored on the second: **fixed computation** (rates 1/τ̂_i), **links, no queue**
+(1/(τ̂_i + uplink_i + downlink_i + S): the server model's costs as pure delays) and the **server
+model** (``sim.schedules.fit``, rates by the closed form of ``theory.queueing``). Per run: each
+model's largest error in the workers' shares of the updates, and the distance of the run's average
+to each model's x_q, beside the distance at the run's own shares (the O(γ) offset and averaging
+noise left when the shares are right).
 """
 
 from __future__ import annotations
