@@ -1,21 +1,15 @@
 """Real seconds against simulated ones: a real asynchronous run (Ray workers, :mod:`sim.real`), its
-exact replay in the simulator, and the fixed-computation model fitted to the durations it measured.
+exact replay in the simulator, and two timing models fitted to it.
 
-Vanilla ASGD on synthetic logistic regression (4 workers, minibatches of 16, float32). The workers
-are made heterogeneous by injected sleeps of 2, 4, 8 and 16 ms per job, and worker 1 stalls once
-for 0.15 s. Three curves of the loss against seconds:
-
-* **real**: the server's model, snapshotted every ``log_every`` applied results, against the clock;
-* **replay**: ``sim.run`` on ``sim.schedules.from_trace`` of the recorded trace, whose event times
-  are the real application times, so its axis is real seconds too: it must lie on the real curve;
-* **fixed model**: ``sim.schedules.fixed_computation`` with τ_i = worker i's mean measured job
-  duration (start to finish on the worker), the model the papers use, against simulated seconds.
-  It ignores the round trip through the server and the stall, so it runs ahead of reality.
-
-* **server model**: ``sim.schedules.served`` with the timing model and server ``sim.schedules.fit``
-  reads off the same trace (job times, service times, links; docs/theory.md §14), simulated.
-
-The second panel shows cumulative updates per worker, real against both models.
+Vanilla ASGD on synthetic logistic regression (4 workers, minibatches of 16, float32), the workers
+slowed by injected sleeps of 2, 4, 8 and 16 ms per job, worker 1 stalling once for 0.15 s. Curves
+of the loss against seconds: **real** (the server's model, snapshotted every ``log_every`` updates,
+against the clock); **replay** (``sim.run`` on ``sim.schedules.from_trace`` of the trace, whose
+event times are the real application times: it must lie on the real curve); **fixed model**
+(``fixed_computation`` with τ_i = worker i's mean measured job time: it ignores the round trip
+through the server and the stall, so it runs ahead of reality); **server model** (``served`` with
+the job times, service times and links ``sim.schedules.fit`` reads off the trace; docs/theory.md
+§14). The second panel shows cumulative updates per worker, real against both models.
 """
 
 from __future__ import annotations
