@@ -101,9 +101,9 @@ def served(timing: Timing, server: Server, *, num_events: int, description: str 
     Worker i starts its job k at s (every worker at 0 first); the job's computation ends at c =
     s + its duration (``timing``'s table; under time-varying speeds, when its work is done); the
     update reaches the server at a = c + uplink_i; the server applies updates one at a time in the
-    order they reached it (ties: lower worker index first, as every schedule breaks ties), taking
-    its service time S_e for the e-th, from f_e = max(a, f_{e−1}) to f_e + S_e; and the new model
-    reaches the worker at f_e + S_e + downlink_i, when its job k + 1 starts.
+    order they reached it (ties: lower worker index first, as every schedule breaks ties), the e-th
+    taking its service time S_e, from max(a, f_{e−1}) to f_e = max(a, f_{e−1}) + S_e; and the new
+    model reaches the worker at f_e + downlink_i, when its job k + 1 starts.
 
     The schedule's events are the applications: ``finish`` is when the server has applied the
     update (the model's time), ``start`` when the worker started the job, and ``compute_finish``
