@@ -189,3 +189,21 @@ def test_a_fitted_server_model_recovers_the_one_that_made_the_trace():
     np.testing.assert_allclose(sim.arrivals_per_worker() / N, shares, atol=0.01)
     with pytest.raises(ValueError, match="lacks \\['served'\\]"):
         S.fit({"worker": w, "start": start, "finish": compute, "applied": began})
+
+
+def test_time_varying_speeds_go_through_the_server_too():
+    """Under time-varying speeds (a stall of worker 1, worker 2 three times slower for a while) a
+    server that takes no time gives asynchronous dispatch's events, whose jobs run back to back;
+    with a server that takes time, each job's end is where its work is done from its own start."""
+    timing = S.SlowdownTiming(S.FixedTiming([1.0, 2.0, 3.0]), ((1, 2.5, 6.5, np.inf), (2, 4.0, 10.0, 3.0)))
+    a = S.asynchronous(timing, num_events=60)
+    b = S.served(timing, S.Server(0.0), num_events=60)
+    np.testing.assert_array_equal(a.worker, b.worker)
+    np.testing.assert_allclose(b.finish, a.finish, rtol=1e-12)
+    c = S.served(timing, S.Server(0.25, downlink=0.5), num_events=60)
+    for e in range(60):
+        i, s = int(c.worker[e]), float(c.start[e])
+        work = timing.base.taus[i]
+        assert float(timing.work_at(i, c.compute_finish[e]) - timing.work_at(i, s)) == pytest.approx(work, rel=1e-12)
+    stalled = (c.worker == 1) & (c.start < 6.5) & (c.compute_finish > 2.5)
+    assert stalled.any() and np.all(c.compute_finish[stalled] >= 6.5)  # worker 1's job that met the stall ends after it
