@@ -9,7 +9,10 @@ fastest job (its share of a cycle from small to large), fixed or exponential: ea
 share of the updates in simulated schedules (``sim.schedules.served``, ``--seeds`` schedules of
 ``--events`` events; exponential service resamples per seed, fixed service is deterministic) against
 X_i/Σ X_j and against (1/τ_i)/Σ(1/τ_j). Prints the largest absolute error of each over the
-workers, the mean over seeds with its 95% half-width, and the server's utilisation.
+workers, the mean over seeds with its 95% half-width, and the server's utilisation. Then, on
+random heterogeneous quadratics (n = 8, d = 10, 20 instances), how much of vanilla ASGD's bias
+‖x_q − x*‖ the server's time removes, and how much it gives Rescaled ASGD, whose steps γ_i ∝ τ_i
+were set for rates 1/τ_i (docs/theory.md §14): the closed form's weights, as the service time grows.
 """
 
 from __future__ import annotations
@@ -59,7 +62,37 @@ def main(argv=None) -> int:
                     return f"{v[0]:.4f}" if v.size == 1 else str(claims.paired_interval(v))
 
                 print(f"| {n} | {service:g} | {kind} | {util:.2f} | {show(model)} | {show(fixed)} |", flush=True)
+    print()
+    biases(n=8, instances=20)
     return 0
+
+
+def biases(n: int, instances: int) -> None:
+    """Vanilla's and Rescaled's bias under the server's closed-form weights, relative to vanilla's
+    under fixed computation, per service time (mean and range over instances)."""
+    from delaylab.sim import problems
+    from delaylab.theory.fixed_point import quadratic_fixed_point as limit
+
+    taus = np.geomspace(1.0, 8.0, n)
+    link = 0.05
+    print("| service / fastest job | utilisation | vanilla's bias / fixed computation's | Rescaled's bias / vanilla's "
+          "under fixed computation |")
+    print("|---:|---:|---:|---:|")
+    for service in (0.0, 0.01, 0.1, 0.3, 1.0):
+        x = queueing.throughputs(taus + 2 * link, service)
+        rows = []
+        for seed in range(instances):
+            prob = problems.random_quadratic(n, 10, condition=4.0, spread=2.0, seed=seed)
+            A, b = prob.curvature
+            star = np.asarray(prob.minimiser, np.float64)
+            fixed = np.linalg.norm(limit(A, b, weights.frequency_weights(taus)) - star)
+            vanilla = np.linalg.norm(limit(A, b, x / x.sum()) - star)
+            rescaled = np.linalg.norm(limit(A, b, taus * x / np.sum(taus * x)) - star)
+            rows.append((vanilla / fixed, rescaled / fixed))
+        r = np.asarray(rows)
+        util = queueing.utilisation(taus + 2 * link, service) if service > 0 else 0.0
+        print(f"| {service:g} | {util:.2f} | {r[:, 0].mean():.3f} ({r[:, 0].min():.3f}–{r[:, 0].max():.3f}) | "
+              f"{r[:, 1].mean():.3f} ({r[:, 1].min():.3f}–{r[:, 1].max():.3f}) |", flush=True)
 
 
 if __name__ == "__main__":
