@@ -40,6 +40,7 @@ SPREAD = 8.0
 STEM = "server_timing"
 MODELS = ("fixed", "links", "server")
 NAMES = {"fixed": "fixed computation (1/τ̂)", "links": "links, no queue", "server": "server model (closed form)"}
+POSSESSIVE = {"fixed": "fixed computation's", "links": "the links-without-queue model's"}
 
 
 def _problem(n: int, dtype):
@@ -119,11 +120,12 @@ def settings(data: dict) -> list:
             runs = [data["results"][(n, scale, r)] for r in range(data["runs"]) if (n, scale, r) in data["results"]]
             err = [_errors(g) for g in runs]
             share = {k: np.array([e["share"][k] for e in err]) for k in MODELS + ("simulated",)}
-            dist = {k: np.array([e["distance"][k] for e in err]) for k in MODELS + ("own",)}
+            bias = np.array([g["bias"] for g in runs])
+            dist = {k: np.array([e["distance"][k] for e in err]) / bias for k in MODELS + ("own",)}  # relative
             out.append({"n": n, "scale": scale, "runs": len(runs), "share": share, "distance": dist,
                         "gain": {k: claims.paired_interval(share[k] - share["server"]) for k in ("fixed", "links")},
-                        "closer": claims.paired_interval((dist["fixed"] - dist["server"])
-                                                         / np.array([g["bias"] for g in runs])),
+                        "closer": claims.paired_interval(dist["fixed"] - dist["server"]),
+                        "kept": share["server"] / share["links"],  # the share of the links model's error left
                         "utilisation": float(np.mean([g["utilisation"] for g in runs])),
                         "busy": float(np.mean([g["busy"] for g in runs])),
                         "service": float(np.mean([g["service"] for g in runs])),
@@ -155,9 +157,9 @@ def plot(data: dict, path: str) -> None:
         for i, s in enumerate(rows):
             x = np.full(s["runs"], pos[i] + 0.18 * (k - 1))
             a.plot(x, 100 * s["share"][key], mark, color=f"C{k}", label=NAMES[key] if i == 0 else None)
-            b.plot(x, s["distance"][key] / s["bias"], mark, color=f"C{k}", label=NAMES[key] if i == 0 else None)
+            b.plot(x, s["distance"][key], mark, color=f"C{k}", label=NAMES[key] if i == 0 else None)
     for i, s in enumerate(rows):
-        b.plot(np.full(s["runs"], pos[i] + 0.36), s["distance"]["own"] / s["bias"], "x", color="k",
+        b.plot(np.full(s["runs"], pos[i] + 0.36), s["distance"]["own"], "x", color="k",
                label="the run's own shares" if i == 0 else None)
     a.set(ylabel="largest share error (points)", title="who delivers the updates (second half; models fitted on the first)")
     b.set(ylabel="‖run average − x_q‖ / ‖x_q(1/τ̂) − x*‖", yscale="log", title="where vanilla ASGD settles")
@@ -189,37 +191,45 @@ def findings(data: dict) -> str:
             f"{100 * sh['links'].mean():.1f}, server model {100 * sh['server'].mean():.1f} points (its simulation "
             f"{100 * sh['simulated'].mean():.1f}); fixed − server {100 * g['fixed'].mean:+.1f} ± {100 * g['fixed'].half:.1f}, "
             f"links − server {100 * g['links'].mean:+.1f} ± {100 * g['links'].half:.1f}. Distance to x_q: fixed "
-            f"{di['fixed'].mean() / s['bias']:.3f}, links {di['links'].mean() / s['bias']:.3f}, server "
-            f"{di['server'].mean() / s['bias']:.3f}, the run's own shares {di['own'].mean() / s['bias']:.3f}; fixed − "
+            f"{di['fixed'].mean():.3f}, links {di['links'].mean():.3f}, server "
+            f"{di['server'].mean():.3f}, the run's own shares {di['own'].mean():.3f}; fixed − "
             f"server {s['closer'].mean:+.3f} ± {s['closer'].half:.3f}. Run time "
             f"real {s['seconds']['real']:.2f} s, server model {s['seconds']['simulated']:.2f} s, fixed "
             f"{s['seconds']['fixed']:.2f} s.")
     lines.append("")
-    for other in ("fixed", "links"):
-        k, m, p = sign_count(rows, other)
-        lines.append(f"Pooled over the settings, the {NAMES[other]} model's share error exceeds the server model's in "
-                     f"{k} of {m} runs (one-sided sign test p = {p:.2g}).")
-    short = [s for s in rows if s["utilisation"] - s["busy"] > 0.1]
-    if short:
-        gap = [1 - s["seconds"]["simulated"] / s["seconds"]["real"] for s in short]
+    for scale in data["scales"]:
+        at = [s for s in rows if s["scale"] == scale]
+        counts = []
+        for other in ("fixed", "links"):
+            k, m, p = sign_count(at, other)
+            counts.append(f"{POSSESSIVE[other]} in {k} of {m} runs (one-sided sign test p = {p:.2g})")
+        short = [1 - s["seconds"]["simulated"] / s["seconds"]["real"] for s in at]
+        kept = np.concatenate([s["kept"] for s in at])
         lines.append(
-            "Where the fitted model's server is busier than the measured one by more than 10 points ("
-            + ", ".join(f"n = {s['n']} at {1000 * s['scale']:g} ms" for s in short)
-            + f"), its run time is {_span(100 * min(gap), 100 * max(gap))}% short of the real one: there the updates "
-            "also wait in the driver, which handles one at a time and which the model does not contain, so its cycles "
-            "are too short (and its server, fed faster, too busy).")
-    lines += ["", "How to read it: the links-without-queue model already carries the measured cost per update, so the "
-              "server model's margin over it is what its queue adds; its margin over fixed computation includes that "
-              "cost. The distances to x_q follow from the shares (x_q is a smooth function of them): they restate the "
-              "share errors in the model's units, not a second test.",
-              "Conditions: one 2-core machine shared with other jobs, Ray's local instance. The real runtime passes "
+            f"Sleeps of {1000 * scale:g} ms scale, pooled over the worker counts: the server model's share error is below "
+            + " and ".join(counts) + f"; per run it keeps {_span(100 * kept.min(), 100 * kept.max())}% of the links "
+            f"model's share error; its run time is {_span(100 * min(short), 100 * max(short), 1)}% short of the real "
+            "one (negative: longer).")
+    lines += ["", "How to read it: fixed computation leaves out the costs per update the other two models measure on "
+              "the same run, so its larger error is close to guaranteed; the comparison that tests the queue is links "
+              "against server. Where the server model wins it, its queue moves the shares the right way, but by too "
+              "little where the real shares are flatter still (the part of the links model's error it keeps); and its "
+              "run time falls short where the runtime is busy. Both fit a stage outside the model that also serves "
+              "one update at a time (the driver's loop, or the two cores shared with other jobs): a hypothesis, not "
+              "measured here. No model here predicts the second half from the first half's own shares, so the "
+              "smallest errors (a tenth of a point at 100 ms) have no such baseline beside them. The distances to x_q "
+              "follow from the shares (x_q is a smooth function of them): they restate the share errors in the "
+              "model's units, not a second test.",
+              "Conditions: one 2-core machine shared with other jobs, Ray's local instance, runs one after another "
+              "reusing Ray's actor processes (the sign tests treat them as independent). The real runtime passes "
               "each update through a driver that handles one at a time, before the server; the fit counts the "
               "driver's time in the links, as a delay, so its queueing there is not modelled."]
     return "\n".join(lines) + "\n"
 
 
-def _span(lo: float, hi: float) -> str:
-    return f"{lo:.0f}" if f"{lo:.0f}" == f"{hi:.0f}" else f"{lo:.0f}–{hi:.0f}"
+def _span(lo: float, hi: float, digits: int = 0) -> str:
+    a, b = f"{lo:.{digits}f}", f"{hi:.{digits}f}"
+    return a if a == b else f"{a} to {b}"
 
 
 def rows(data: dict) -> list[dict]:
