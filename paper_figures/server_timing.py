@@ -125,7 +125,9 @@ def settings(data: dict) -> list:
             out.append({"n": n, "scale": scale, "runs": len(runs), "share": share, "distance": dist,
                         "gain": {k: claims.paired_interval(share[k] - share["server"]) for k in ("fixed", "links")},
                         "closer": claims.paired_interval(dist["fixed"] - dist["server"]),
-                        "kept": share["server"] / share["links"],  # the share of the links model's error left
+                        # the share of the links model's error the server model keeps (undefined where it is 0)
+                        "kept": np.divide(share["server"], share["links"], out=np.full(len(runs), np.nan),
+                                          where=share["links"] > 0),
                         "utilisation": float(np.mean([g["utilisation"] for g in runs])),
                         "busy": float(np.mean([g["busy"] for g in runs])),
                         "service": float(np.mean([g["service"] for g in runs])),
@@ -205,6 +207,7 @@ def findings(data: dict) -> str:
             counts.append(f"{POSSESSIVE[other]} in {k} of {m} runs (one-sided sign test p = {p:.2g})")
         short = [1 - s["seconds"]["simulated"] / s["seconds"]["real"] for s in at]
         kept = np.concatenate([s["kept"] for s in at])
+        kept = kept[np.isfinite(kept)] if np.any(np.isfinite(kept)) else np.array([np.nan])
         lines.append(
             f"Sleeps of {1000 * scale:g} ms scale, pooled over the worker counts: the server model's share error is below "
             + " and ".join(counts) + f"; per run it keeps {_span(100 * kept.min(), 100 * kept.max())}% of the links "
