@@ -120,7 +120,7 @@ def test_real_runs_replay_exactly_end_when_every_worker_dies_and_draw_the_wallcl
     assert len([r for r in rows if r["source"] == "replay"]) == 31
 
     # `delaylab figure server-timing` on a tiny preset (3 workers, sleeps of 2–16 ms, two runs of 150
-    # updates), on the same Ray instance: each run's shares and limits under the three timing models
+    # updates), on the same Ray instance: each run's shares and limits under the three timing models and the first half's shares
     # (fitted on the first half of its trace), and a redraw from the stored data gives the same text
     import dataclasses
 
@@ -134,10 +134,10 @@ def test_real_runs_replay_exactly_end_when_every_worker_dies_and_draw_the_wallcl
     data = server_timing.FIGURE.load(str(out / "server_timing_tiny.npz"))
     for r in (0, 1):
         got = data["results"][(3, 0.002, r)]
-        for k in ("real_share", "server_share", "links_share", "fixed_share", "simulated_share"):
+        for k in ("real_share", "server_share", "links_share", "fixed_share", "previous_share", "simulated_share"):
             assert got[k].shape == (3,) and abs(float(got[k].sum()) - 1) < 1e-9, k
         assert got["fixed_share"][0] > got["fixed_share"][2]  # 1/τ̂: the fast worker first
-        assert set(got["distance"]) == {"server", "links", "fixed", "own"} and got["bias"] > 0
+        assert set(got["distance"]) == {"server", "links", "fixed", "own", "previous"} and got["bias"] > 0
         assert 0 < got["busy"] < 1
     text = (out / "server_timing_tiny.txt").read_text()
     assert "- n = 3, sleeps 2–16 ms" in text and "Share error: fixed" in text and "sign test" in text
