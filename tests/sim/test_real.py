@@ -140,7 +140,7 @@ def test_real_runs_replay_exactly_end_when_every_worker_dies_and_draw_the_wallcl
         assert set(got["distance"]) == {"server", "links", "fixed", "own", "previous"} and got["bias"] > 0
         assert 0 < got["busy"] < 1
     text = (out / "server_timing_tiny.txt").read_text()
-    assert "- n = 3, sleeps 2–16 ms" in text and "Share error: fixed" in text and "sign test" in text
+    assert "- n = 3, sleeps 2–16 ms" in text and "Share error: the first half's shares" in text and "sign test" in text
     (out / "server_timing_tiny.txt").unlink()
     assert cli.main(["figure", "server-timing", "--redraw", str(out / "server_timing_tiny.npz"), "--out", str(out)]) == 0
     assert (out / "server_timing_tiny.txt").read_text() == text
