@@ -350,19 +350,49 @@ def split_settings(values: dict) -> tuple:
 # reading runs: values at a time, times to a target
 
 
-def window_mean(time: np.ndarray, v: np.ndarray, t: float, horizon: float) -> np.ndarray:
+WINDOWS = ("time", "points")  # window_mean's readings; "time" for every run computed now
+
+
+def window_mean(time: np.ndarray, v: np.ndarray, t: float, horizon: float, *, weight: str = "time") -> np.ndarray:
     """``v`` [..., logs] averaged over the log points in (t − horizon/10, t] of ``time`` [..., logs]:
     a run read at time t, steadied over the last tenth of the horizon (a run's last log point is at
     its last event, which may fall a little short of t: the window is closed at the run's end when
     that comes first; a window holding no log point takes the last one before it). A figure's
-    tuning score and its verdicts read runs through this one function."""
+    tuning score and its verdicts read runs through this one function.
+
+    ``weight="time"``: the time average of the piecewise-linear curve through the window's log
+    points (the trapezoid rule from the first to the last of them), so that points bunched in time
+    count for the time they span, not once each; a window of one point takes its value. Nothing
+    after t is read. ``"points"``: the plain mean of the window's log points, the reading of
+    outputs computed before the time weighting (they record no ``window``; see :func:`reading`)."""
+    if weight not in WINDOWS:
+        raise ValueError(f"weight must be one of {WINDOWS}; got {weight!r}")
     time, v = np.broadcast_arrays(np.asarray(time, np.float64), np.asarray(v, np.float64))
     end = np.minimum(t, time[..., -1:])
     at_or_before = time <= end + 1e-9
     last = np.arange(time.shape[-1]) == np.sum(at_or_before, axis=-1, keepdims=True) - 1
-    w = ((time > end - horizon / 10) & at_or_before) | last  # never empty
-    return np.sum(np.where(w, v, 0.0), axis=-1) / np.sum(w, axis=-1)
+    w = ((time > end - horizon / 10) & at_or_before) | last  # never empty; one contiguous run of points
+    plain = np.sum(np.where(w, v, 0.0), axis=-1) / np.sum(w, axis=-1)
+    if weight == "points":
+        return plain
+    pair = w[..., 1:] & w[..., :-1]  # the segments between two of the window's points
+    dt = np.where(pair, np.diff(time, axis=-1), 0.0)
+    area = np.sum(np.where(pair, dt * (v[..., 1:] + v[..., :-1]) / 2.0, 0.0), axis=-1)
+    span = np.sum(dt, axis=-1)
+    return np.where(span > 0, area / np.where(span > 0, span, 1.0), plain)
 
+
+def reading(data: Mapping) -> str:
+    """The window reading (:func:`window_mean`) an output was computed with: its ``window`` entry,
+    or "points" for an output stored before the entry existed."""
+    return str(data.get("window", "points"))
+
+
+def window_words(data: Mapping, what: str, lo: float, hi: float) -> str:
+    """How an output read ``what`` over the window (lo, hi], in words (:func:`reading`)."""
+    if reading(data) == "time":
+        return f"{what} averaged over time in ({lo:g}, {hi:g}] (trapezoid rule through the log points there)"
+    return f"{what} averaged over the log points in ({lo:g}, {hi:g}], unweighted by time"
 
 
 def first_crossing(t: Sequence[float], v: Sequence[float], eps: float, smooth: int = 1) -> float:

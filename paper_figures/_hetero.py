@@ -272,13 +272,13 @@ def applied_by(schedule, horizon: float) -> np.ndarray:
     return np.asarray(schedule.delivered) & (t <= float(horizon))
 
 
-def tail(run: dict, key: str, horizon: float) -> float:
+def tail(run: dict, key: str, horizon: float, weight: str = "time") -> float:
     """``run[key]`` at the time budget ``horizon``, steadied over a few log points: averaged over
-    the log points in (0.9 T, T], T the budget or the run's end if it ends first (the last log point
-    at or before T if none falls there); NaN if the run diverged. Tuning and verdicts read runs
-    this one way."""
+    (0.9 T, T], T the budget or the run's end if it ends first (the last log point at or before T if
+    none falls there); NaN if the run diverged. Tuning and verdicts read runs this one way
+    (:func:`claims.window_mean` with ``weight``: an output's own reading, :func:`claims.reading`)."""
     end = min(float(horizon), float(np.asarray(run["time"])[-1]))
-    return float(claims.window_mean(run["time"], run[key], end, end))
+    return float(claims.window_mean(run["time"], run[key], end, end, weight=weight))
 
 
 def read_time(run: dict, horizon: float) -> float:

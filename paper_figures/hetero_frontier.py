@@ -134,7 +134,7 @@ def compute(p: Preset, parts) -> dict:
     - every seed of a cell runs one length (:func:`run_counts`), the one that takes timing-noise
       seed 0 to the time budget, so that a cell compiles one program (an asynchronous scheme, whose
       length hardly changes with h, one program for all h); a run is read at the budget, its value
-      the mean over the log points in the budget's last tenth (:func:`paper_figures._hetero.tail`);
+      the time average over the budget's last tenth (:func:`paper_figures._hetero.tail`);
     - two claims per scheme, judged on paired differences over the reported seeds (95% Student-t
       intervals): "heterogeneity costs accuracy" (acc(h = 2) < acc(h = 0)), and "an intermediate
       level is optimal" (acc(h_k) above both ends, with h_k the interior level the tuning seeds
@@ -144,7 +144,7 @@ def compute(p: Preset, parts) -> dict:
     dsname = lab.tuning_images(p)[0]
     out = {"preset": p.name, "split": p.split, "levels": np.array(LEVELS_H), "dataset": dsname, "horizon": p.horizon,
            "tune_seeds": tune, "report_seeds": report, "tie": p.tie, "refine": p.refine, "more_seeds": p.more_seeds,
-           "cells": {}}
+           "cells": {}, "window": "time"}
     counts = run_counts(p.horizon)
     cells, brackets = {}, {}
     for h in LEVELS_H:
@@ -217,7 +217,8 @@ def _names(d: dict) -> list:
 
 def final_accuracy(d: dict) -> dict:
     """(h, name) -> the reported seeds' test accuracy at the time budget (:func:`lab.tail`)."""
-    return {k: np.array([lab.tail(r, "accuracy", d["horizon"]) for r in c["runs"]]) for k, c in d["cells"].items()}
+    return {k: np.array([lab.tail(r, "accuracy", d["horizon"], claims.reading(d)) for r in c["runs"]])
+            for k, c in d["cells"].items()}
 
 
 def target(d: dict) -> float:

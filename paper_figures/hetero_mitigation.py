@@ -123,7 +123,7 @@ def compute(p: Preset, parts) -> dict:
     out = {"preset": p.name, "dataset": dsname, "horizon": p.horizon, "tune_seeds": tune, "report_seeds": report,
            "tie": p.tie, "refine": p.refine, "more_seeds": p.more_seeds,
            "H_i": {int(s): local_steps(claims.seed_sources(s, lab.SOURCES)["timing"]) for s in report_more},
-           "rows": {}, "pairs": {}}
+           "rows": {}, "pairs": {}, "window": "time"}
     schemes = mitigation_schemes(p.horizon)
     for split in SPLITS:
         cells, brackets = {}, {}

@@ -218,7 +218,7 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
     stop_events = (stop_schedule(report[0], cfg.horizon, cfg.timing).num_events if cfg.malenia == "stop" else None)
     out = {"preset": cfg.name, "config": dataclasses.asdict(cfg), "dataset": dataset, "n": N_WORKERS,
            "events": int(schedule0.num_events), "malenia_events": int(stop_events or schedule0.num_events),
-           "tune_seeds": tune, "report_seeds": report, "methods": {}}
+           "tune_seeds": tune, "report_seeds": report, "methods": {}, "window": "time"}
     methods = _methods(N_WORKERS, expected_durations(cfg.timing))
     index = {name: mi for mi, name in enumerate(methods)}
     count, held = [0], {}  # held: the runs this process has, so a run read again is neither reloaded nor reprinted
@@ -280,10 +280,10 @@ def reading(data: dict) -> str:
 
 
 def at_time(data: dict, key: str, t: float) -> dict:
-    """name -> per reported seed, ``key`` averaged over that seed's log points in the window ending
-    at t (:func:`claims.window_mean`)."""
-    h = float(data["config"]["horizon"])
-    return {name: claims.window_mean(m["times"], m[key], t, h) for name, m in data["methods"].items()}
+    """name -> per reported seed, ``key`` averaged over the window ending at t, as the run was read
+    (:func:`claims.window_mean`, :func:`claims.reading`)."""
+    h, weight = float(data["config"]["horizon"]), claims.reading(data)
+    return {name: claims.window_mean(m["times"], m[key], t, h, weight=weight) for name, m in data["methods"].items()}
 
 
 def _comparisons(f: dict) -> list:
@@ -304,7 +304,8 @@ def setting_values(data: dict) -> dict:
     out = {"tuned": {k: v for k, v in at_time(data, "loss", h).items() if k in RANKING}}
     for label, by in data.get("ranking", {}).get("runs", {}).items():
         if label != "tuned":
-            out[label] = {k: claims.window_mean(r["times"], r["loss"], h, h) for k, r in by.items()}
+            out[label] = {k: claims.window_mean(r["times"], r["loss"], h, h, weight=claims.reading(data))
+                          for k, r in by.items()}
     return out
 
 
@@ -400,12 +401,12 @@ def findings(data: dict) -> str:
             lines.append(f"  ({name}: {b.note()})")
         if m["diverged"]:
             lines.append(f"  ({name}: {m['diverged']} reported run(s) diverged)")
-    lines.append("(medians over the reported seeds of the values averaged over the last tenth of the run; runner-up: "
+    lines.append(f"(medians over the reported seeds of {claims.window_words(data, 'the values', 0.9 * h, h)}; runner-up: "
                  "the second-best step of the bracket and its tuning score relative to the best's)")
     v = ranking_verdict(data)
     common = catalogue.claim(CLAIM).common_step
     lines.append(f"Fig. B's ranking, Rescaled below Ringleader below Malenia in training loss F, judged at the end of "
-                 f"the horizon, t = {h:g} (F averaged over the log points in ({0.9 * h:g}, {h:g}]; the paper states it "
+                 f"the horizon, t = {h:g} ({claims.window_words(data, 'F', 0.9 * h, h)}; the paper states it "
                  "at the end of its axis), through the catalogue "
                  f"({CLAIM}, {v.claim.kind}): per comparison the geometric mean over seeds of F_A/F_B with the interval "
                  "that decided its word and that interval's level (of the mean log ratio; \"does not hold\" at the "

@@ -367,6 +367,28 @@ def test_bracket_refines_around_an_interior_optimum():
     assert len(fine.steps) == len(coarse.steps) + 4
 
 
+def test_window_mean_weights_log_points_by_the_time_they_span():
+    # log points bunched near the end: the plain mean counts the bunch once per point, the time
+    # average of the line through them is the line's value at the window's middle
+    time = np.array([0.0, 90.0, 95.0, 99.0, 99.5, 100.0, 130.0])
+    v = 2.0 * time  # a straight line: its time average over [a, b] is a + b
+    assert V.window_mean(time, v, 100.0, 100.0) == pytest.approx(95.0 + 100.0)  # points 95 … 100
+    assert V.window_mean(time, v, 100.0, 100.0, weight="points") == pytest.approx(2 * (95 + 99 + 99.5 + 100) / 4)
+    # one point in the window: its value, either way; none: the last one before; nothing after t is read
+    assert V.window_mean(time, v, 92.0, 20.0) == 180.0
+    assert V.window_mean(time, v, 93.0, 20.0, weight="points") == 180.0
+    v2 = np.where(time > 100.0, np.nan, v)  # a divergence after t does not reach the reading at t
+    assert V.window_mean(time, v2, 100.0, 100.0) == pytest.approx(195.0)
+    assert np.isnan(V.window_mean(time, np.where(time == 99.0, np.nan, v), 100.0, 100.0))
+    # rows are read independently, each over its own times
+    rows = V.window_mean(np.stack([time, time + 1.0]), np.stack([v, v]), 100.0, 100.0)
+    assert rows[0] == pytest.approx(195.0)
+    assert rows[1] == pytest.approx((5 * (180 + 190) / 2 + 4 * (190 + 198) / 2) / 9)  # points at 91, 96, 100
+    assert V.reading({}) == "points" and V.reading({"window": "time"}) == "time"
+    with pytest.raises(ValueError, match="weight must be one of"):
+        V.window_mean(time, v, 100.0, 100.0, weight="events")
+
+
 def test_first_crossing_interpolates_the_smoothed_curve():
     t = np.arange(10.0)
     v = np.array([9.0, 9.0, 9.0, 9.0, 9.0, 1.0, 1.0, 1.0, 1.0, 1.0])
