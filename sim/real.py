@@ -2,7 +2,8 @@
 
 :func:`run` starts a parameter-server actor and n worker actors on Ray (``pip install
 delaylab[ray]``) and runs an asynchronous algorithm (one with ``apply``) on a problem, with the
-same pure functions the simulator uses and optional injected slowdowns (:class:`Slowdown`).
+same pure functions the simulator uses and optional injected slowdowns (:class:`Slowdown`); an
+algorithm in rounds (``apply_round``, such as minibatch SGD) runs in barrier rounds.
 
 The run records a trace (:meth:`RealResult.write_trace`). :func:`sim.schedules.from_trace` turns
 it into a schedule with the server's order, and ``sim.run(alg, problem, schedule,
@@ -31,7 +32,7 @@ from delaylab.algos.base import Algorithm, Event, check_protocol
 # "duration" (finish − start) makes the trace readable by sim.schedules.read_trace as well, as a
 # table of job durations (for timing models fitted to a real run)
 TRACE_COLUMNS = ("event", "worker", "job", "start", "finish", "duration", "applied", "served", "version", "staleness",
-                 "delivered", "key0", "key1")
+                 "delivered", "round", "key0", "key1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,7 +181,8 @@ class _Server:
         self.state = server.init(hparams, x0, n)
         self.params_of = params_of
         self._start = worker.start(hparams, x0)
-        self._apply = jax.jit(server.apply)
+        self._apply = None if server.apply is None else jax.jit(server.apply)
+        self._apply_round = None if server.apply_round is None else jax.jit(server.apply_round)
         self.version = 0
         self.handed = np.zeros(n, np.int64)
         self.snapshots = [(0.0, jax.tree.map(np.asarray, params_of(self.state)))]
@@ -194,10 +196,25 @@ class _Server:
                      time=jnp.asarray(applied, _time_dtype()), staleness=jnp.asarray(staleness, jnp.int32),
                      delivered=jnp.asarray(True), tag=jnp.asarray(0, jnp.int32), round_end=jnp.asarray(False))
 
+    def _round_events(self, e0: int, workers: Sequence[int], applied: float) -> Event:
+        """The events of one barrier round, its slots in arrival order (the last ends the round)."""
+        m = len(workers)
+        return Event(index=jnp.arange(e0, e0 + m, dtype=jnp.int32), worker=jnp.asarray(workers, jnp.int32),
+                     time=jnp.full((m,), applied, _time_dtype()), staleness=jnp.zeros((m,), jnp.int32),
+                     delivered=jnp.ones((m,), bool), tag=jnp.zeros((m,), jnp.int32),
+                     round_end=jnp.arange(m) == m - 1)
+
     def warm(self, msg) -> None:
-        """Compile ``apply`` on a message of the right shape (its result is discarded)."""
+        """Compile ``apply`` (or ``apply_round`` on a round of n slots) on a message of the right
+        shape (its result is discarded)."""
         with jax.threefry_partitionable(True):
-            jax.block_until_ready(self._apply(self.hparams, self.state, msg, self._event(0, 0, 0.0, 0)))
+            if self._apply is not None:
+                jax.block_until_ready(self._apply(self.hparams, self.state, msg, self._event(0, 0, 0.0, 0)))
+            else:
+                msgs = jax.tree.map(lambda a: np.stack([a] * self.n), msg)
+                jax.block_until_ready(self._apply_round(self.hparams, self.state, msgs,
+                                                        self._round_events(0, list(range(self.n)), 0.0),
+                                                        jnp.ones((self.n,), bool)))
 
     def apply(self, worker: int, msg, k: int, start: float, finish: float, key_data, t0: float):
         applied = time.time() - t0
@@ -217,8 +234,30 @@ class _Server:
         served = time.time() - t0
         row = {"event": e, "worker": worker, "job": k, "start": start, "finish": finish, "applied": applied, "served": served,
                "version": version, "staleness": staleness,
-               "delivered": 1, "key0": int(key_data[0]), "key1": int(key_data[1])}
+               "delivered": 1, "round": -1, "key0": int(key_data[0]), "key1": int(key_data[1])}
         return point, row
+
+    def apply_round(self, arrivals: list, r: int, t0: float):
+        """Apply barrier round ``r``: ``arrivals`` holds every worker's (worker, message, job,
+        start, finish, key data) in the order the results reached the driver, which is the order
+        of the round's slots. Returns the next point of each slot's worker and the trace rows."""
+        applied = time.time() - t0
+        e0, workers = self.version, [a[0] for a in arrivals]
+        msgs = jax.tree.map(lambda *m: np.stack(m), *[a[1] for a in arrivals])
+        with jax.threefry_partitionable(True):
+            self.state, points, _ = self._apply_round(self.hparams, self.state, msgs,
+                                                      self._round_events(e0, workers, applied),
+                                                      jnp.ones((len(arrivals),), bool))
+            points = jax.tree.map(np.asarray, points)
+        self.version += len(arrivals)
+        if self.version // self.log_every > e0 // self.log_every:  # a snapshot per log_every results, at round ends
+            self.snapshots.append((applied, jax.tree.map(np.asarray, self.params_of(self.state))))
+        served = time.time() - t0
+        rows = [{"event": e0 + j, "worker": w, "job": k, "start": start, "finish": finish, "applied": applied,
+                 "served": served, "version": e0, "staleness": 0, "delivered": 1, "round": r,
+                 "key0": int(key[0]), "key1": int(key[1])}
+                for j, (w, _, k, start, finish, key) in enumerate(arrivals)]
+        return (rows, *[jax.tree.map(lambda a, j=j: a[j], points) for j in range(len(arrivals))])
 
     def final(self):
         return (jax.tree.map(np.asarray, self.params_of(self.state)), jax.tree.map(np.asarray, self.state),
@@ -256,6 +295,9 @@ class _Host:
 
     def apply(self, *args):
         return self.role.apply(*args)
+
+    def apply_round(self, *args):
+        return self.role.apply_round(*args)
 
     def final(self):
         return self.role.final()
@@ -330,18 +372,24 @@ def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict
     * the driver passes each result to the server the moment it arrives (``ray.wait``), in arrival
       order; the server applies ``alg.server.apply`` (the same function again) and hands the worker its next
       point, which goes straight to the worker's next job;
+    * a synchronous algorithm (one with ``apply_round``, such as ``algos.minibatch_sgd``) runs in
+      barrier rounds: round r hands every worker the same model, waits for all n results (job r of
+      each), and the server applies ``apply_round`` once to them, its slots in the order the
+      results arrived; the trace's ``round`` column numbers the rounds (−1 for asynchronous runs);
     * optional injected slowdowns (:class:`Slowdown`): a sleep added to every job of a worker, a
       worker that stalls once for a while, a worker whose process dies at a given job. A dead worker
-      is reported (:attr:`RealResult.dead`) and the run goes on without it; it ends when
-      ``num_events`` results have been applied or no worker is left, with what it has;
+      is reported (:attr:`RealResult.dead`) and an asynchronous run goes on without it; it ends when
+      ``num_events`` results have been applied or no worker is left, with what it has (rounds wait
+      for every worker, so a synchronous run refuses injected deaths);
     * the actor processes that live to the end of a complete run are kept, idle, for the next run
       in the same Ray session, which takes them before starting new ones (starting one costs
       seconds: it imports JAX); :func:`release` or ``ray.shutdown()`` ends them.
 
     Args:
-      alg: an asynchronous :class:`algos.Algorithm` (one with ``apply``).
+      alg: an :class:`algos.Algorithm`: asynchronous (``apply``) or in rounds (``apply_round``).
       problem: a :class:`sim.problems.Problem`; its data is shipped to every worker.
-      num_events: results to apply (fewer if every worker dies first).
+      num_events: results to apply (fewer if every worker dies first); for an algorithm in rounds,
+        a multiple of n (whole rounds).
       key: the run's PRNG key; worker i's job k uses ``fold_in(fold_in(key, i), k)``.
       hparams: overrides of ``alg.hparams``.
       slowdown: injected sleeps, stalls and deaths (:class:`Slowdown`).
@@ -356,16 +404,21 @@ def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict
     check_protocol(alg)
     if not isinstance(problem, Problem):
         raise TypeError(f"problem must be a sim.problems.Problem; got {type(problem).__name__}")
-    if alg.server.apply is None:
-        raise ValueError(f"{alg.name} handles whole rounds only (no apply); the real runtime runs asynchronous algorithms")
     if isinstance(num_events, bool) or not isinstance(num_events, (int, np.integer)) or num_events < 1:
         raise ValueError(f"num_events must be a whole number >= 1; got {num_events!r}")
+    by_round = alg.server.apply is None
+    n = problem.num_workers
+    if by_round and num_events % n:
+        raise ValueError(f"{alg.name} runs in barrier rounds of all {n} workers: num_events must be a multiple of {n} "
+                         f"(whole rounds); got {num_events}")
     engine._check_key(key, batched=False)
     if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         raise ValueError("key must be a typed key, e.g. jax.random.key(0), so that its implementation is recorded")
-    n = problem.num_workers
     slowdown = slowdown or Slowdown()
     slowdown.check(n)
+    if by_round and slowdown.deaths:
+        raise ValueError(f"{alg.name} runs in barrier rounds, each waiting for every worker: a round after an injected "
+                         "death would never end; inject deaths into asynchronous runs only")
     if log_every is None:
         log_every = max(1, num_events // 50)
     try:
@@ -409,6 +462,25 @@ def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict
                 + [server.warm.remote(jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), msg_like))])
         t0 = time.time()
         pending = {workers[i].job.remote(start, 0, t0): (i, 0) for i in range(n)}
+        while by_round and applied < num_events:  # barrier rounds: job r of every worker, then one application
+            r, arrivals = applied // n, []
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
+                if not ready:
+                    raise TimeoutError(f"round {r}: not every worker reported within {timeout} s")
+                i, k = pending.pop(ready[0])
+                try:
+                    msg, t_start, t_finish, key_data = ray.get(ready[0])
+                except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError):
+                    dead.append((i, time.time() - t0))
+                    raise RuntimeError(f"worker {i} died in round {r}; a run in barrier rounds cannot go on without "
+                                       "it") from None
+                arrivals.append((i, msg, k, t_start, t_finish, key_data))
+            row_ref, *points = server.apply_round.options(num_returns=n + 1).remote(arrivals, r, t0)
+            rows.append(row_ref)
+            applied += n
+            if applied < num_events:
+                pending = {workers[i].job.remote(p, r + 1, t0): (i, r + 1) for (i, *_), p in zip(arrivals, points)}
         while applied < num_events and pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
             if not ready:
@@ -425,6 +497,8 @@ def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict
             if applied < num_events:
                 pending[workers[i].job.remote(point, k + 1, t0)] = (i, k + 1)
         rows = ray.get(rows)
+        if by_round:
+            rows = [row for r in rows for row in r]
         params, state, snaps = ray.get(server.final.remote())
         finished = True
     finally:

@@ -10,7 +10,7 @@ import os
 import numpy as np
 
 from delaylab.sim.schedules.dispatch import asynchronous
-from delaylab.sim.schedules.schedule import Schedule, _check_count, _versions_async
+from delaylab.sim.schedules.schedule import Schedule, _check_count, _versions_async, _versions_barrier
 from delaylab.sim.schedules.timing import TraceTiming
 
 
@@ -66,7 +66,10 @@ def from_trace(path: str | os.PathLike, *, num_events: int | None = None) -> Sch
       server applied, at time ``applied``; the job's start is ``start`` and its end on the worker
       ``finish`` (kept as ``compute_finish``). The schedule carries the run's base key as
       ``job_key``, so the engine keys job k of worker i as the real worker did; run it with
-      ``sim.real.replay_key(path)``. ``num_events`` keeps the first that many.
+      ``sim.real.replay_key(path)``. ``num_events`` keeps the first that many. A run in barrier
+      rounds (its ``round`` column ≥ 0: an algorithm with ``apply_round``) replays as a barrier
+      schedule, each round's events in the order the results reached the driver, all at the time
+      the server applied the round; a head must end a round.
     """
     path = os.fspath(path)
     if os.path.exists(path):
@@ -106,6 +109,9 @@ def _from_real_trace(path: str, num_events: int | None) -> Schedule:
     if worker.min() < 0 or worker.max() >= n:
         raise ValueError(f"trace file {path!r}: workers must be in 0..{n - 1}")
     delivered = col("delivered", int).astype(bool)
+    rounds = col("round", int) if "round" in rows[0] else np.full(len(rows), -1)
+    if np.any(rounds >= 0):
+        return _real_rounds(path, meta, rows, worker, job, start, finish, applied, delivered, rounds, n)
     version = _versions_async(worker, delivered, n)
     if not np.array_equal(version, col("version", int)):
         e = int(np.argmax(version != col("version", int)))
@@ -122,3 +128,27 @@ def _from_real_trace(path: str, num_events: int | None) -> Schedule:
     if not np.array_equal(sched.job_number, job):
         raise ValueError(f"trace file {path!r}: each worker's job numbers must run 0, 1, 2, ... in the order applied")
     return sched
+
+
+def _real_rounds(path, meta, rows, worker, job, start, finish, applied, delivered, rounds, n) -> Schedule:
+    """A real run in barrier rounds (:func:`_from_real_trace`): every worker once per round, in
+    the round's order of arrival."""
+    counts = np.bincount(rounds, minlength=int(rounds.max()) + 1) if np.all(rounds >= 0) else None
+    if counts is None or np.any(np.diff(rounds) < 0) or np.any(counts != n):
+        raise ValueError(f"trace file {path!r}: a run in rounds numbers them 0, 1, 2, ... in order, each with every one "
+                         f"of the {n} workers once (a head must end a round)")
+    if any(len(set(worker[rounds == r].tolist())) != n for r in range(counts.size)):
+        raise ValueError(f"trace file {path!r}: each round must hold every worker once")
+    version = _versions_barrier(rounds, delivered)
+    if not np.array_equal(version, np.asarray([int(r["version"]) for r in rows])):
+        e = int(np.argmax(version != np.asarray([int(r["version"]) for r in rows])))
+        raise ValueError(f"trace file {path!r}, event {e}: the recorded version {rows[e]['version']} is not the number "
+                         f"of results applied before its round ({version[e]})")
+    if not np.array_equal(job, rounds):
+        raise ValueError(f"trace file {path!r}: in a run in rounds, worker i's job r is its job of round r")
+    return Schedule(
+        worker=worker.astype(np.int32), start=start, finish=applied, version=version, delivered=delivered,
+        round=rounds.astype(np.int64), num_workers=n, policy="barrier",
+        mean_durations=np.array([np.mean((finish - start)[worker == i]) for i in range(n)]),
+        description=f"replay of the real run {path} (barrier rounds)", compute_finish=finish,
+        job_key=np.asarray(meta["base_key"], np.uint32))

@@ -98,6 +98,23 @@ def test_real_runs_replay_exactly_end_when_every_worker_dies_and_draw_the_wallcl
     # one of the two idle processes ends while idle: the next run replaces it
     ray.kill(real._POOL["idle"][0])
 
+    # minibatch SGD (apply_round) in barrier rounds on the same Ray instance, worker 1 sleeping 20 ms:
+    # each round holds both workers' job r, arrivals in order (the slow worker last), versions
+    # counting the results before the round; its replay (a barrier schedule) ends at its model
+    problem = sim.problems.synthetic_logistic(2, 32, 4, heterogeneity=1.0, l2=0.05, batch_size=8, seed=3,
+                                              dtype=np.float32)
+    alg = algos.minibatch_sgd(stepsize=0.3)
+    res = real.run(alg, problem, num_events=16, key=jax.random.key(5), slowdown=real.Slowdown(sleep=(0.0, 0.02)))
+    assert res.trace["round"].tolist() == np.repeat(np.arange(8), 2).tolist()
+    assert res.trace["job"].tolist() == res.trace["round"].tolist() and res.trace["worker"].tolist() == [0, 1] * 8
+    assert res.trace["version"].tolist() == np.repeat(np.arange(0, 16, 2), 2).tolist()
+    assert np.all(res.trace["start"][2::2] >= res.trace["served"][1:-2:2])  # a round starts after the last was served
+    sched, rep = _replay(alg, problem, res, tmp_path)
+    assert sched.policy == "barrier" and sched.round_end.tolist() == [False, True] * 8
+    err = _rel(rep.params, res.params)
+    print(f"minibatch SGD in rounds: replay vs real final model, relative difference {err:.2e} (tolerance 1e-6)")
+    assert 0 < _rel(res.params, problem.x0) and err <= 1e-6
+
     # `delaylab figure wallclock --quick`, on the same Ray instance: a real run, its replay and the
     # fitted fixed-computation model, in seconds; the replay ends at the real run's model
     from delaylab import cli
@@ -149,8 +166,11 @@ def test_real_runs_replay_exactly_end_when_every_worker_dies_and_draw_the_wallcl
 
 def test_bad_inputs_are_refused_before_anything_starts():
     problem = sim.problems.random_quadratic(2, 3, seed=1)
-    with pytest.raises(ValueError, match="handles whole rounds only"):
-        real.run(algos.minibatch_sgd(stepsize=0.1), problem, num_events=10, key=jax.random.key(0))
+    with pytest.raises(ValueError, match="num_events must be a multiple of 2 .whole rounds.; got 9"):
+        real.run(algos.minibatch_sgd(stepsize=0.1), problem, num_events=9, key=jax.random.key(0))
+    with pytest.raises(ValueError, match="a round after an injected death would never end"):
+        real.run(algos.minibatch_sgd(stepsize=0.1), problem, num_events=10, key=jax.random.key(0),
+                 slowdown=real.Slowdown(deaths=((0, 3),)))
     with pytest.raises(ValueError, match="Slowdown.sleep needs 2 entries"):
         real.run(algos.asgd(stepsize=0.1), problem, num_events=10, key=jax.random.key(0),
                  slowdown=real.Slowdown(sleep=(0.1,)))
@@ -173,3 +193,29 @@ def test_a_trace_whose_versions_are_not_asynchronous_is_refused(tmp_path):
     os.remove(str(path) + ".json")
     with pytest.raises(FileNotFoundError, match="JSON beside it"):
         schedules.from_trace(str(path))
+
+
+def test_a_trace_in_rounds_must_hold_whole_rounds_of_every_worker(tmp_path):
+    def write(rows):
+        path = tmp_path / "r.csv"
+        with open(path, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+        with open(str(path) + ".json", "w") as fh:
+            fh.write('{"num_workers": 2, "base_key": [0, 1], "key_impl": "threefry2x32"}')
+        return str(path)
+
+    def row(e, w, r, version):
+        return dict(event=e, worker=w, job=r, start=0.0, finish=0.1, applied=0.2 * (r + 1), version=version,
+                    staleness=0, delivered=1, round=r, key0=0, key1=0)
+
+    good = [row(0, 1, 0, 0), row(1, 0, 0, 0), row(2, 0, 1, 2), row(3, 1, 1, 2)]
+    sched = schedules.from_trace(write(good))
+    assert sched.policy == "barrier" and sched.worker.tolist() == [1, 0, 0, 1] and sched.version.tolist() == [0, 0, 2, 2]
+    with pytest.raises(ValueError, match="a head must end a round"):
+        schedules.from_trace(write(good[:3]))
+    with pytest.raises(ValueError, match="each round must hold every worker once"):
+        schedules.from_trace(write(good[:2] + [row(2, 0, 1, 2), row(3, 0, 1, 2)]))
+    with pytest.raises(ValueError, match="event 2: the recorded version 1 is not the number of results applied"):
+        schedules.from_trace(write(good[:2] + [row(2, 0, 1, 1), row(3, 1, 1, 1)]))
