@@ -19,13 +19,13 @@ from delaylab.sim.schedules.dispatch import (asynchronous, backup_workers, barri
                                     hierarchical, random_durations, stale_synchronous, synchronous)
 from delaylab.sim.schedules.failures import outage_blocks, with_failures, with_outages
 from delaylab.sim.schedules.schedule import Schedule
-from delaylab.sim.schedules.served import SERVICE_KINDS, Fit, Server, fit, served
+from delaylab.sim.schedules.served import SERVICE_KINDS, Fit, Server, fit, served, served_rounds
 from delaylab.sim.schedules.time_bounded import time_bounded_rounds
 from delaylab.sim.schedules.timing import (NOISE_KINDS, ExampleCostTiming, FixedTiming, RandomTiming, SlowdownTiming, Timing,
                                   TraceTiming, job_keys)
 from delaylab.sim.schedules.traces import from_trace, read_trace
 
-__all__ = ["NOISE_KINDS", "SERVICE_KINDS", "Fit", "Server", "fit", "served", "ExampleCostTiming", "FixedTiming", "RandomTiming", "Schedule", "SlowdownTiming", "Timing",
+__all__ = ["NOISE_KINDS", "SERVICE_KINDS", "Fit", "Server", "fit", "served", "served_rounds", "ExampleCostTiming", "FixedTiming", "RandomTiming", "Schedule", "SlowdownTiming", "Timing",
            "TraceTiming", "asynchronous", "backup_workers", "barrier", "every_worker_rounds", "fixed_computation",
            "from_trace", "hierarchical", "job_keys", "random_durations", "read_trace", "stale_synchronous", "synchronous",
            "time_bounded_rounds", "with_failures", "with_outages", "outage_blocks"]

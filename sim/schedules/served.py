@@ -168,6 +168,48 @@ def _events(timing, dur: np.ndarray, up: np.ndarray, down: np.ndarray, service: 
     return w_out, s_out, c_out, f_out
 
 
+def served_rounds(timing: Timing, server: Server, *, num_rounds: int, description: str = "") -> Schedule:
+    """Barrier rounds whose results go through ``server``: the synchronous counterpart of
+    :func:`served` (minibatch SGD on real workers, ``sim.real`` in rounds).
+
+    Round r: worker i receives the round's model at f_{r−1} + downlink_i (every worker at 0 in
+    round 0), computes its job r until c_i (``timing``'s duration; under time-varying speeds, when
+    its work is done), and its result reaches the server at a_i = c_i + uplink_i. The server
+    applies the round once, when the last result is in, taking one service time S_r: f_r =
+    max_i a_i + S_r. The round's events are its results in order of arrival (ties: lower worker
+    index first); each has ``finish`` = f_r (when the round's model exists), ``start`` its job's
+    start and ``compute_finish`` c_i. With no latency and no service time this is
+    :func:`~sim.schedules.dispatch.barrier`.
+    """
+    from delaylab.sim.schedules.dispatch import _rounds
+
+    num_rounds = _check_count(num_rounds, "num_rounds")
+    if not isinstance(server, Server):
+        raise TypeError(f"server must be a sim.schedules.Server; got {type(server).__name__}")
+    n = timing.num_workers
+    up, down = server.links(n)
+    service = server.service_times(num_rounds)
+    dur = timing.durations(num_rounds)
+    if not np.all(np.isfinite(dur)):
+        raise ValueError(f"num_rounds={num_rounds} exceeds the rounds the trace records for every worker")
+    worker_l, start_l, finish_l, compute_l = [], [], [], []
+    free = 0.0
+    for r in range(num_rounds):
+        start = np.zeros(n) if r == 0 else free + down
+        compute = np.array([_finish_time(timing, i, start[i], dur[i, r]) for i in range(n)])
+        arrive = compute + up
+        order = np.lexsort((np.arange(n), arrive))
+        free = float(arrive.max()) + float(service[r])
+        worker_l.append(order)
+        start_l.append(start[order])
+        compute_l.append(compute[order])
+        finish_l.append(np.full(n, free))
+    sched = _rounds(timing, worker_l, start_l, finish_l, None,
+                    description or f"barrier {type(timing).__name__} through a {server.describe()}, {num_rounds} rounds",
+                    compute_finish=compute_l)
+    return dataclasses.replace(sched, server=server)
+
+
 # --- a server model fitted to a real run's trace ------------------------------------------------
 
 MIN_IDLE_UPDATES = 3  # a worker's uplink is its own mean over this many updates at an idle server, or more
@@ -194,6 +236,11 @@ class Fit:
         """A schedule of the fitted model (:func:`served`)."""
         return served(self.timing, self.server, num_events=num_events, description=f"server model fitted to a trace, "
                                                                                    f"{num_events} events")
+
+    def rounds(self, num_rounds: int) -> Schedule:
+        """Barrier rounds under the fitted model (:func:`served_rounds`), one service per round."""
+        return served_rounds(self.timing, self.server, num_rounds=num_rounds,
+                             description=f"barrier rounds under a server model fitted to a trace, {num_rounds} rounds")
 
     def think(self) -> np.ndarray:
         """Each worker's mean job time plus its links: the think times of docs/theory.md §14."""

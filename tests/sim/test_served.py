@@ -207,3 +207,57 @@ def test_time_varying_speeds_go_through_the_server_too():
         assert float(timing.work_at(i, c.compute_finish[e]) - timing.work_at(i, s)) == pytest.approx(work, rel=1e-12)
     stalled = (c.worker == 1) & (c.start < 6.5) & (c.compute_finish > 2.5)
     assert stalled.any() and np.all(c.compute_finish[stalled] >= 6.5)  # worker 1's job that met the stall ends after it
+
+
+def _rounds_loop(durations, up, down, service, num_rounds):
+    """Barrier rounds through a server, happening by happening: a heap of (time, kind, worker)
+    (a model reaching a worker, then a result reaching the server); the server starts the round's
+    application when its n-th result is in. Returns per result, in order of arrival: (worker, job
+    start, compute end, the round's model time)."""
+    n = len(durations)
+    heap, seq, out = [], itertools.count(), []
+    for i in range(n):
+        heapq.heappush(heap, (0.0, 0, i, next(seq)))
+    r, started, computed, arrived = 0, {}, {}, []
+    while r < num_rounds:
+        t, kind, i, _ = heapq.heappop(heap)
+        if kind == 0:  # the round's model reached worker i
+            started[i], computed[i] = t, t + durations[i][r]
+            heapq.heappush(heap, (computed[i] + up[i], 1, i, next(seq)))
+            continue
+        arrived.append(i)  # heap order: arrival time, then the lower worker
+        if len(arrived) == n:
+            done = t + service[r]
+            out += [(j, started[j], computed[j], done) for j in arrived]
+            for j in range(n):
+                heapq.heappush(heap, (done + down[j], 0, j, next(seq)))
+            r, arrived = r + 1, []
+    return [np.array(c) for c in zip(*out)]
+
+
+@pytest.mark.parametrize("case", ["ties", "random"])
+def test_served_rounds_are_the_event_loop_event_for_event(case):
+    if case == "ties":  # integer times: results reach the server together
+        timing, server = S.FixedTiming([2.0, 2.0, 3.0, 1.0]), S.Server(1.0, uplink=[1.0, 1.0, 0.0, 2.0], downlink=1.0)
+    else:
+        timing = S.RandomTiming([1.0, 2.0, 4.0], noise="exponential", scale=0.5, seed=3)
+        server = S.Server(0.3, uplink=[0.1, 0.2, 0.05], downlink=[0.2, 0.0, 0.1], kind="lognormal", shape=0.5, seed=4)
+    R = 30
+    sched = S.served_rounds(timing, server, num_rounds=R)
+    up, down = server.links(timing.num_workers)
+    w, s, c, f = _rounds_loop(timing.durations(R), up, down, server.service_times(R), R)
+    np.testing.assert_array_equal(sched.worker, w)
+    np.testing.assert_allclose(sched.start, s, rtol=1e-13)
+    np.testing.assert_allclose(sched.compute_finish, c, rtol=1e-13)
+    np.testing.assert_allclose(sched.finish, f, rtol=1e-13)
+    assert sched.policy == "barrier" and sched.round_end.sum() == R and sched.server is server
+    if case == "ties":  # round 0: worker 2 (3 + 0) and worker 3 (1 + 2) arrive at 3 with workers 0, 1 (2 + 1)
+        assert sched.worker[:4].tolist() == [0, 1, 2, 3] and sched.finish[0] == 4.0 and sched.start[4] == 5.0
+
+
+def test_rounds_through_a_server_that_takes_no_time_are_barrier_rounds():
+    timing = S.RandomTiming([1.0, 2.0, 3.0], noise="exponential", scale=1.0, seed=1)
+    a, b = S.served_rounds(timing, S.Server(0.0), num_rounds=20), S.barrier(timing, num_rounds=20)
+    np.testing.assert_array_equal(a.worker, b.worker)
+    np.testing.assert_allclose(a.finish[a.round_end], b.finish[b.round_end], rtol=1e-12)
+    np.testing.assert_array_equal(a.version, b.version)
