@@ -377,7 +377,8 @@ def window_mean(time: np.ndarray, v: np.ndarray, t: float, horizon: float, *, we
         return plain
     pair = w[..., 1:] & w[..., :-1]  # the segments between two of the window's points
     dt = np.where(pair, np.diff(time, axis=-1), 0.0)
-    area = np.sum(np.where(pair, dt * (v[..., 1:] + v[..., :-1]) / 2.0, 0.0), axis=-1)
+    with np.errstate(invalid="ignore"):  # a non-finite value outside the window meets dt = 0 there
+        area = np.sum(np.where(pair, dt * (v[..., 1:] + v[..., :-1]) / 2.0, 0.0), axis=-1)
     span = np.sum(dt, axis=-1)
     return np.where(span > 0, area / np.where(span > 0, span, 1.0), plain)
 

@@ -38,6 +38,9 @@ FIGURES = {
     "server-timing": ("delaylab.paper_figures.server_timing",
                       "real Ray workers against fixed computation and the fitted server model: update shares and "
                       "the limit, by worker count and job scale"),
+    "async-vs-minibatch": ("delaylab.paper_figures.async_vs_minibatch",
+                           "asynchronous against minibatch SGD on real Ray workers, one 100× slower, beside the "
+                           "fitted server model's and fixed computation's predictions"),
     "bias-networks": ("delaylab.paper_figures.bias_networks",
                       "vanilla ASGD's frequency-weighted bias on an MLP and a CNN, non-i.i.d. shards, against theory"),
     "r6": ("delaylab.paper_figures.r6_homogeneous", "homogeneous data: Rescaled vs vanilla (noise floor τ_A/τ_H), median/IQR over seeds"),

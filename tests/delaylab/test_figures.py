@@ -805,3 +805,43 @@ def test_the_findings_verdict_table_matches_the_figures_verdict_files(tmp_path):
     readme = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "README.md")
     with open(readme) as fh:
         assert table.BEGIN not in fh.read()
+
+
+def test_async_vs_minibatch_reads_each_run_at_the_budget_and_pairs_the_methods():
+    """The readers of the real-runs figure on hand-made runs: F − F* is the time average of the
+    curve over the budget's last tenth, time to ε interpolates the first crossing, and the claim
+    pairs ASGD's and minibatch SGD's run r."""
+    from delaylab.paper_figures import async_vs_minibatch as A
+
+    T, t = 10.0, np.linspace(0.0, 12.0, 25)  # log points every 0.5 s
+    runs = {}
+    for r in range(10):
+        for m, rate in (("ASGD", 1.0), ("minibatch SGD", 0.3)):
+            gap = np.exp(-rate * t) * (1 + 0.01 * r)
+            curve = {"time": t, "loss": 2.0 + gap}  # F* = 2
+            runs[("tuned", m, r)] = {"f_star": 2.0, "f0": 3.0, "real": curve, "server": curve,
+                                     "fixed": dict(curve, diverged=True)}
+    data = {"config": {"budget": T}, "report_seeds": list(range(10)), "runs": runs, "eps": [0.1, 0.01], "window": "time",
+            "settings": {"tuned": {"ASGD": 0.5, "minibatch SGD": 1.0}},
+            "brackets": {m: {"steps": [0.1, 0.5, 1.0, 2.0], "scores": [3.0, 1.0, 1.0, 3.0], "best": 0.5 if m == "ASGD" else 1.0,
+                             "interior": True, "edge": ""} for m in A.METHODS}}
+    # the window (9, 10] holds the log points 9.5 and 10: the trapezoid rule through them
+    def trapezoid(rate):
+        return (np.exp(-9.5 * rate) + np.exp(-10.0 * rate)) / 2
+
+    got = A.at_budget(data, "tuned", "ASGD")
+    assert np.allclose(got, trapezoid(1.0) * (1 + 0.01 * np.arange(10)), rtol=1e-9, atol=0)
+    assert np.all(np.isinf(A.at_budget(data, "tuned", "ASGD", "fixed")))  # a diverged prediction reads inf
+    # F − F* ≤ 0.01 first at t = ln(100 (1 + 0.01 r)) / rate, the crossing interpolated between log
+    # points; minibatch SGD's (at 15.4 s and after) lies past the runs' end: never
+    te = A.time_to_eps(data, "tuned", "ASGD")
+    assert np.allclose(te, np.log(100 * (1 + 0.01 * np.arange(10))), rtol=0.02)
+    assert np.all(np.isinf(A.time_to_eps(data, "tuned", "minibatch SGD")))
+    v = A.verdict(data)  # ASGD far below at every run, but the neighbours were not run: not decided
+    assert v.claim.id == A.CLAIM and v.verdict == "inconclusive" and "robustness to the step" in v.reason
+    assert np.isclose(v.parts[0].interval.mean, np.log(trapezoid(1.0) / trapezoid(0.3)), rtol=1e-9)
+    runs.update({(label, m, r): runs[("tuned", m, r)] for label in ("neighbours −", "neighbours +")
+                 for m in A.METHODS for r in range(10)})
+    data["settings"].update({"neighbours −": {"ASGD": 0.1, "minibatch SGD": 0.5},
+                             "neighbours +": {"ASGD": 1.0, "minibatch SGD": 2.0}})
+    assert A.verdict(data).verdict == "holds"
