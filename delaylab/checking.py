@@ -389,12 +389,15 @@ def check_scenario(m: Measured, th: theory.Theory = theory.PAPER, memo: Optional
             closed, row_basis = _closed_form_q(entry, th, run.stepsize, m.schedule, (0.0, T))
             if closed is None:
                 closed = entry.predicted_weights(run.stepsize, m.schedule)
-            wt = _weight_tolerance(m, entry, th, closed, slowest, run, row_basis)
             q_hat = run.mass / run.mass.sum()
-            checks.append(theory.Check(
-                m.name, name, f"weight q of slowest worker ({slowest})" + ("" if row_basis == "closed form" else f" ({row_basis})"),
-                float(closed[slowest]), float(q_hat[slowest]), wt.value, wt.basis,
-                schedule_based=row_basis == "schedule-based"))
+            # behind a server every worker's rate is the network's (none follows from its own τ
+            # alone), so every worker's weight is checked; elsewhere the slowest worker's
+            for i in (range(taus.size) if row_basis == SERVED else (slowest,)):
+                wt = _weight_tolerance(m, entry, th, closed, i, run, row_basis)
+                who = f"worker {i}" if row_basis == SERVED else f"slowest worker ({i})"
+                checks.append(theory.Check(
+                    m.name, name, f"weight q of {who}" + ("" if row_basis == "closed form" else f" ({row_basis})"),
+                    float(closed[i]), float(q_hat[i]), wt.value, wt.basis, schedule_based=row_basis == "schedule-based"))
     return checks
 
 

@@ -127,6 +127,8 @@ CLAIMS: dict = {c.id: c for c in (
           C.SUPERIORITY, "the time budget", "one comparison", tuned=True, common_step=False,
           reconstructions=("the size: workers, rows, dimension, minibatch and job times (the authors: 40 workers, "
                            "10,000 × 400, minibatches of 256)",
+                           "the data recipe (rows uniform / √d, targets from a random solution plus noise), the slow "
+                           "worker made by injected sleeps, and the time budget at which the methods are compared",
                            "the steps: tuned in the simulator under a server model fitted to a calibration run, not "
                            "on real runs")),
     Claim("mitigation-lowers-loss", f"{_SURVEY} (§10)", "the mitigation lowers the training loss at the time budget",

@@ -360,6 +360,20 @@ def release() -> int:
 # --- the driver ---------------------------------------------------------------------------------
 
 
+def _next_result(ray, pending: dict, timeout: float, late: str) -> tuple:
+    """The next job result to reach the driver: (worker, job, result), the result None where the
+    worker's process died; ``pending`` maps each job's reference to (worker, job) and loses it.
+    Raises TimeoutError(``late``) when none arrives within ``timeout`` seconds."""
+    ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
+    if not ready:
+        raise TimeoutError(late)
+    i, k = pending.pop(ready[0])
+    try:
+        return i, k, ray.get(ready[0])
+    except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError):
+        return i, k, None
+
+
 def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict] = None,
         slowdown: Optional[Slowdown] = None, log_every: Optional[int] = None, address: Optional[str] = None,
         timeout: float = 600.0) -> RealResult:
@@ -465,32 +479,24 @@ def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict
         while by_round and applied < num_events:  # barrier rounds: job r of every worker, then one application
             r, arrivals = applied // n, []
             while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
-                if not ready:
-                    raise TimeoutError(f"round {r}: not every worker reported within {timeout} s")
-                i, k = pending.pop(ready[0])
-                try:
-                    msg, t_start, t_finish, key_data = ray.get(ready[0])
-                except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError):
+                i, k, got = _next_result(ray, pending, timeout, f"round {r}: not every worker reported within "
+                                                                f"{timeout} s")
+                if got is None:
                     dead.append((i, time.time() - t0))
-                    raise RuntimeError(f"worker {i} died in round {r}; a run in barrier rounds cannot go on without "
-                                       "it") from None
-                arrivals.append((i, msg, k, t_start, t_finish, key_data))
+                    raise RuntimeError(f"worker {i} died in round {r}; a run in barrier rounds cannot go on without it")
+                arrivals.append((i, got[0], k, *got[1:]))
             row_ref, *points = server.apply_round.options(num_returns=n + 1).remote(arrivals, r, t0)
             rows.append(row_ref)
             applied += n
             if applied < num_events:
                 pending = {workers[i].job.remote(p, r + 1, t0): (i, r + 1) for (i, *_), p in zip(arrivals, points)}
         while applied < num_events and pending:
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
-            if not ready:
-                raise TimeoutError(f"no worker reported within {timeout} s; the run stopped after {applied} results")
-            i, k = pending.pop(ready[0])
-            try:
-                msg, t_start, t_finish, key_data = ray.get(ready[0])
-            except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError):
+            i, k, got = _next_result(ray, pending, timeout, f"no worker reported within {timeout} s; the run stopped "
+                                                            f"after {applied} results")
+            if got is None:
                 dead.append((i, time.time() - t0))
                 continue
+            msg, t_start, t_finish, key_data = got
             point, row = server.apply.options(num_returns=2).remote(i, msg, k, t_start, t_finish, key_data, t0)
             rows.append(row)
             applied += 1

@@ -95,6 +95,11 @@ class Server:
 SERVICE_STREAM = 2**31
 
 
+def _check_server(server) -> None:
+    if not isinstance(server, Server):
+        raise TypeError(f"server must be a sim.schedules.Server; got {type(server).__name__}")
+
+
 def served(timing: Timing, server: Server, *, num_events: int, description: str = "") -> Schedule:
     """Asynchronous workers whose updates go through ``server``.
 
@@ -114,8 +119,7 @@ def served(timing: Timing, server: Server, *, num_events: int, description: str 
     job by job: equal where the sums are exact, such as integer durations).
     """
     num_events = _check_count(num_events, "num_events")
-    if not isinstance(server, Server):
-        raise TypeError(f"server must be a sim.schedules.Server; got {type(server).__name__}")
+    _check_server(server)
     n = timing.num_workers
     up, down = server.links(n)
     service = server.service_times(num_events)
@@ -184,8 +188,7 @@ def served_rounds(timing: Timing, server: Server, *, num_rounds: int, descriptio
     from delaylab.sim.schedules.dispatch import _rounds
 
     num_rounds = _check_count(num_rounds, "num_rounds")
-    if not isinstance(server, Server):
-        raise TypeError(f"server must be a sim.schedules.Server; got {type(server).__name__}")
+    _check_server(server)
     n = timing.num_workers
     up, down = server.links(n)
     service = server.service_times(num_rounds)

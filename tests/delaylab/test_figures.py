@@ -820,7 +820,7 @@ def test_async_vs_minibatch_reads_each_run_at_the_budget_and_pairs_the_methods()
             gap = np.exp(-rate * t) * (1 + 0.01 * r)
             curve = {"time": t, "loss": 2.0 + gap}  # F* = 2
             runs[("tuned", m, r)] = {"f_star": 2.0, "f0": 3.0, "real": curve, "server": curve,
-                                     "fixed": dict(curve, diverged=True)}
+                                     "fixed": dict(curve, diverged=True), "real_end": 12.0}
     data = {"config": {"budget": T}, "report_seeds": list(range(10)), "runs": runs, "eps": [0.1, 0.01], "window": "time",
             "settings": {"tuned": {"ASGD": 0.5, "minibatch SGD": 1.0}},
             "brackets": {m: {"steps": [0.1, 0.5, 1.0, 2.0], "scores": [3.0, 1.0, 1.0, 3.0], "best": 0.5 if m == "ASGD" else 1.0,
@@ -833,10 +833,13 @@ def test_async_vs_minibatch_reads_each_run_at_the_budget_and_pairs_the_methods()
     assert np.allclose(got, trapezoid(1.0) * (1 + 0.01 * np.arange(10)), rtol=1e-9, atol=0)
     assert np.all(np.isinf(A.at_budget(data, "tuned", "ASGD", "fixed")))  # a diverged prediction reads inf
     # F − F* ≤ 0.01 first at t = ln(100 (1 + 0.01 r)) / rate, the crossing interpolated between log
-    # points; minibatch SGD's (at 15.4 s and after) lies past the runs' end: never
+    # points; minibatch SGD's (at 15.4 s and after) lies past the runs' end: never; ε = 0.1's (at
+    # 7.7 s and after) by T = 10 but not by T = 7
     te = A.time_to_eps(data, "tuned", "ASGD")
     assert np.allclose(te, np.log(100 * (1 + 0.01 * np.arange(10))), rtol=0.02)
     assert np.all(np.isinf(A.time_to_eps(data, "tuned", "minibatch SGD")))
+    assert np.all(np.isfinite(A.time_to_eps(data, "tuned", "minibatch SGD", level=0.1)))
+    assert np.all(np.isinf(A.time_to_eps(dict(data, config={"budget": 7.0}), "tuned", "minibatch SGD", level=0.1)))
     v = A.verdict(data)  # ASGD far below at every run, but the neighbours were not run: not decided
     assert v.claim.id == A.CLAIM and v.verdict == "inconclusive" and "robustness to the step" in v.reason
     assert np.isclose(v.parts[0].interval.mean, np.log(trapezoid(1.0) / trapezoid(0.3)), rtol=1e-9)
@@ -845,3 +848,14 @@ def test_async_vs_minibatch_reads_each_run_at_the_budget_and_pairs_the_methods()
     data["settings"].update({"neighbours −": {"ASGD": 0.1, "minibatch SGD": 0.5},
                              "neighbours +": {"ASGD": 1.0, "minibatch SGD": 2.0}})
     assert A.verdict(data).verdict == "holds"
+    runs[("neighbours +", "ASGD", 3)] = dict(runs[("tuned", "ASGD", 3)], real_end=9.5)  # ended before T
+    v = A.verdict(data)
+    assert v.verdict == "inconclusive" and "1 real run(s) ended before the budget (the earliest at 9.50 s)" in v.reason
+    # a neighbour where an arm ends above its start is left out of the robustness check, and said so
+    for r in range(10):
+        runs[("neighbours +", "minibatch SGD", r)] = dict(runs[("tuned", "minibatch SGD", r)],
+                                                         real={"time": t, "loss": 2.0 + 5.0 + 0 * t})
+    runs[("neighbours +", "ASGD", 3)] = runs[("tuned", "ASGD", 3)]
+    v = A.verdict(data)
+    assert v.verdict == "holds" and "tested without neighbours +" in v.reason
+    assert A.unstable(data) == [("neighbours +", "minibatch SGD", 10, 10)]

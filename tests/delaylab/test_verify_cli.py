@@ -141,7 +141,9 @@ def test_the_server_scenario_passes_and_its_mutants_are_caught():
     m = verify.measure_scenario(scenarios.scenario("server"), algorithms=[REG["asgd"], REG["rescaled_asgd"]])
     checks = verify.check_scenario(m)
     assert all(c.passed for c in checks), [c for c in checks if not c.passed]
-    assert sum("(closed form, server)" in c.quantity for c in checks) == 2
+    # every worker's weight, for each of the two methods
+    assert sorted(c.quantity for c in checks if "(closed form, server)" in c.quantity) == sorted(
+        f"weight q of worker {i} (closed form, server)" for i in range(4) for _ in range(2))
     by_name = {mu.name: mu for mu in mutants.MUTANTS}
     report = mutants.score([m], checks, [by_name[n] for n in SERVER_MUTANTS])
     assert report.survivors == []

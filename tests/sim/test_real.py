@@ -178,16 +178,22 @@ def test_bad_inputs_are_refused_before_anything_starts():
         real.run(algos.asgd(stepsize=0.1), problem, num_events=0, key=jax.random.key(0))
 
 
-def test_a_trace_whose_versions_are_not_asynchronous_is_refused(tmp_path):
-    path = tmp_path / "t.csv"
-    rows = [dict(event=0, worker=0, job=0, start=0.0, finish=0.1, applied=0.1, version=0, staleness=0, delivered=1, key0=0, key1=0),
-            dict(event=1, worker=1, job=0, start=0.0, finish=0.2, applied=0.2, version=1, staleness=0, delivered=1, key0=0, key1=0)]
+def _write_trace(path, rows) -> str:
+    """A real run's trace of 2 workers, written by hand: the CSV and the JSON beside it."""
     with open(path, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
     with open(str(path) + ".json", "w") as fh:
         fh.write('{"num_workers": 2, "base_key": [0, 1], "key_impl": "threefry2x32"}')
+    return str(path)
+
+
+def test_a_trace_whose_versions_are_not_asynchronous_is_refused(tmp_path):
+    path = tmp_path / "t.csv"
+    rows = [dict(event=0, worker=0, job=0, start=0.0, finish=0.1, applied=0.1, version=0, staleness=0, delivered=1, key0=0, key1=0),
+            dict(event=1, worker=1, job=0, start=0.0, finish=0.2, applied=0.2, version=1, staleness=0, delivered=1, key0=0, key1=0)]
+    _write_trace(path, rows)
     with pytest.raises(ValueError, match="event 1: the recorded server version 1 is not the asynchronous one"):
         schedules.from_trace(str(path))
     os.remove(str(path) + ".json")
@@ -197,14 +203,7 @@ def test_a_trace_whose_versions_are_not_asynchronous_is_refused(tmp_path):
 
 def test_a_trace_in_rounds_must_hold_whole_rounds_of_every_worker(tmp_path):
     def write(rows):
-        path = tmp_path / "r.csv"
-        with open(path, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
-        with open(str(path) + ".json", "w") as fh:
-            fh.write('{"num_workers": 2, "base_key": [0, 1], "key_impl": "threefry2x32"}')
-        return str(path)
+        return _write_trace(tmp_path / "r.csv", rows)
 
     def row(e, w, r, version):
         return dict(event=e, worker=w, job=r, start=0.0, finish=0.1, applied=0.2 * (r + 1), version=version,
