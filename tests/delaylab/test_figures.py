@@ -819,9 +819,11 @@ def test_async_vs_minibatch_reads_each_run_at_the_budget_and_pairs_the_methods()
         for m, rate in (("ASGD", 1.0), ("minibatch SGD", 0.3)):
             gap = np.exp(-rate * t) * (1 + 0.01 * r)
             curve = {"time": t, "loss": 2.0 + gap}  # F* = 2
-            runs[("tuned", m, r)] = {"f_star": 2.0, "f0": 3.0, "real": curve, "server": curve,
-                                     "fixed": dict(curve, diverged=True), "real_end": 12.0}
+            early = {"time": t[t <= 8.0], "loss": curve["loss"][t <= 8.0], "diverged": True}  # kept up to it
+            runs[("tuned", m, r)] = {"f_star": 2.0, "f0": 3.0, "real": curve, "server": dict(curve, diverged=True),
+                                     "fixed": early, "real_end": 12.0}
     data = {"config": {"budget": T}, "report_seeds": list(range(10)), "runs": runs, "eps": [0.1, 0.01], "window": "time",
+            "slow": 100.0,
             "settings": {"tuned": {"ASGD": 0.5, "minibatch SGD": 1.0}},
             "brackets": {m: {"steps": [0.1, 0.5, 1.0, 2.0], "scores": [3.0, 1.0, 1.0, 3.0], "best": 0.5 if m == "ASGD" else 1.0,
                              "interior": True, "edge": ""} for m in A.METHODS}}
@@ -831,7 +833,9 @@ def test_async_vs_minibatch_reads_each_run_at_the_budget_and_pairs_the_methods()
 
     got = A.at_budget(data, "tuned", "ASGD")
     assert np.allclose(got, trapezoid(1.0) * (1 + 0.01 * np.arange(10)), rtol=1e-9, atol=0)
-    assert np.all(np.isinf(A.at_budget(data, "tuned", "ASGD", "fixed")))  # a diverged prediction reads inf
+    # a prediction that diverged before T reads inf; one that diverged after T reads as it stood at T
+    assert np.all(np.isinf(A.at_budget(data, "tuned", "ASGD", "fixed")))
+    assert np.array_equal(A.at_budget(data, "tuned", "ASGD", "server"), got)
     # F − F* ≤ 0.01 first at t = ln(100 (1 + 0.01 r)) / rate, the crossing interpolated between log
     # points; minibatch SGD's (at 15.4 s and after) lies past the runs' end: never; ε = 0.1's (at
     # 7.7 s and after) by T = 10 but not by T = 7
@@ -857,5 +861,10 @@ def test_async_vs_minibatch_reads_each_run_at_the_budget_and_pairs_the_methods()
                                                          real={"time": t, "loss": 2.0 + 5.0 + 0 * t})
     runs[("neighbours +", "ASGD", 3)] = runs[("tuned", "ASGD", 3)]
     v = A.verdict(data)
-    assert v.verdict == "holds" and "tested without neighbours +" in v.reason
-    assert A.unstable(data) == [("neighbours +", "minibatch SGD", 10, 10)]
+    assert v.verdict == "holds" and "tested at neighbours − only (1 of 2 neighbour settings)" in v.reason
+    assert A.unstable(data) == [("neighbours +", "minibatch SGD", 10, 10)] and A.vacuous(data) == ["neighbours +"]
+    # where the claim's favourite (ASGD) is past its stable range too, the setting stays, undecided
+    for r in range(6):
+        runs[("neighbours +", "ASGD", r)] = dict(runs[("tuned", "ASGD", r)], real={"time": t, "loss": 2.0 + 9.0 + 0 * t})
+    v = A.verdict(data)
+    assert A.vacuous(data) == [] and v.verdict == "inconclusive" and v.reason.startswith("depends on the step")
