@@ -61,12 +61,12 @@ MARGIN = 1.5  # real runs are sized to end at MARGIN · T by the fitted model (a
 LOG_POINTS = 100  # snapshots of a real run up to T, about
 CLAIM = "async-beats-minibatch"
 CONTROL_CLAIM = "async-beats-minibatch-no-straggler"
+STEM = "async_vs_minibatch"
 
 
 def claim_id(data: dict) -> str:
     """The paper's claim (one worker slower), or the control's question (none slower)."""
     return CLAIM if float(data["slow"]) != 1.0 else CONTROL_CLAIM
-STEM = "async_vs_minibatch"
 
 
 def _problem(n: int, cfg: Preset, seed: int, dtype):
@@ -81,6 +81,7 @@ def _problem(n: int, cfg: Preset, seed: int, dtype):
 
 
 def _sleeps(cfg: Preset) -> tuple:
+    """Each worker's injected sleep per job: ``fast``, the last worker's ``slow`` times that."""
     return (cfg.fast,) * (cfg.workers - 1) + (cfg.fast * cfg.slow,)
 
 
