@@ -237,11 +237,11 @@ def _one_run(cfg: Preset, method: str, step: float, r: int, trace: dict) -> dict
     events = predicted.num_events if method == "ASGD" else n * int(predicted.round.max() + 1)
     up_to_t = int(np.sum(predicted.finish <= cfg.budget))
     log_every = max(1, up_to_t // LOG_POINTS) if method == "ASGD" else n
-    res = real.run(_alg(method, step), problem, num_events=int(events), key=jax.random.key(r), log_every=log_every,
+    key = jax.random.key(r)  # the real run's minibatches, and both predictions'
+    res = real.run(_alg(method, step), problem, num_events=int(events), key=key, log_every=log_every,
                    slowdown=real.Slowdown(sleep=_sleeps(cfg)))
     real_loss = np.array([F(res.snapshot_params[j]) for j in range(res.snapshot_time.shape[0])])
     fixed = _schedule(method, model.job_mean, n, cfg.budget)
-    key = jax.random.key(r)
     w, t = res.trace["worker"], res.trace["served"]  # counted when served, as the models count
     within = t <= cfg.budget
     rounds = np.unique(res.trace["served"][res.trace["round"] >= 0]) if method != "ASGD" else np.array([])

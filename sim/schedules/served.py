@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 
+from delaylab.sim.schedules.dispatch import _rounds
 from delaylab.sim.schedules.schedule import Schedule, _check_count, _short, _versions_async, as_numbers
 from delaylab.sim.schedules.timing import Timing, TraceTiming, _finish_time, _job_key
 
@@ -185,8 +186,6 @@ def served_rounds(timing: Timing, server: Server, *, num_rounds: int, descriptio
     start and ``compute_finish`` c_i. With no latency and no service time this is
     :func:`~sim.schedules.dispatch.barrier`.
     """
-    from delaylab.sim.schedules.dispatch import _rounds
-
     num_rounds = _check_count(num_rounds, "num_rounds")
     _check_server(server)
     n = timing.num_workers

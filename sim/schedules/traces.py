@@ -109,30 +109,35 @@ def _from_real_trace(path: str, num_events: int | None) -> Schedule:
     if worker.min() < 0 or worker.max() >= n:
         raise ValueError(f"trace file {path!r}: workers must be in 0..{n - 1}")
     delivered = col("delivered", int).astype(bool)
+    recorded = col("version", int)
     rounds = col("round", int) if "round" in rows[0] else np.full(len(rows), -1)
     if np.any(rounds >= 0):
-        return _real_rounds(path, meta, rows, worker, job, start, finish, applied, delivered, rounds, n)
-    version = _versions_async(worker, delivered, n)
-    if not np.array_equal(version, col("version", int)):
-        e = int(np.argmax(version != col("version", int)))
-        raise ValueError(f"trace file {path!r}, event {e}: the recorded server version {rows[e]['version']} is not the "
-                         f"asynchronous one ({version[e]}): the trace is not of a server that hands each worker the "
-                         "model right after applying its result")
+        version = _round_versions(path, worker, job, delivered, recorded, rounds, n)
+        policy, what = "barrier", " (barrier rounds)"
+    else:
+        version = _versions_async(worker, delivered, n)
+        if not np.array_equal(version, recorded):
+            e = int(np.argmax(version != recorded))
+            raise ValueError(f"trace file {path!r}, event {e}: the recorded server version {recorded[e]} is not the "
+                             f"asynchronous one ({version[e]}): the trace is not of a server that hands each worker "
+                             "the model right after applying its result")
+        policy, what = "async", ""
     sched = Schedule(
         worker=worker.astype(np.int32), start=start, finish=applied, version=version, delivered=delivered,
-        round=np.full(len(rows), -1, np.int64), num_workers=n, policy="async",
+        round=rounds.astype(np.int64), num_workers=n, policy=policy,
         mean_durations=np.array([np.mean((finish - start)[worker == i]) if np.any(worker == i) else np.nan
                                  for i in range(n)]),
-        description=f"replay of the real run {path}", compute_finish=finish,
+        description=f"replay of the real run {path}{what}", compute_finish=finish,
         job_key=np.asarray(meta["base_key"], np.uint32))
     if not np.array_equal(sched.job_number, job):
         raise ValueError(f"trace file {path!r}: each worker's job numbers must run 0, 1, 2, ... in the order applied")
     return sched
 
 
-def _real_rounds(path, meta, rows, worker, job, start, finish, applied, delivered, rounds, n) -> Schedule:
-    """A real run in barrier rounds (:func:`_from_real_trace`): every worker once per round, in
-    the round's order of arrival."""
+def _round_versions(path, worker, job, delivered, recorded, rounds, n) -> np.ndarray:
+    """The versions of a real run in barrier rounds (:func:`_from_real_trace`), checked: every
+    worker once per round, rounds whole and in order, each job the worker's job of its round, and
+    each recorded version the results applied before its round."""
     counts = np.bincount(rounds, minlength=int(rounds.max()) + 1) if np.all(rounds >= 0) else None
     if counts is None or np.any(np.diff(rounds) < 0) or np.any(counts != n):
         raise ValueError(f"trace file {path!r}: a run in rounds numbers them 0, 1, 2, ... in order, each with every one "
@@ -140,15 +145,10 @@ def _real_rounds(path, meta, rows, worker, job, start, finish, applied, delivere
     if any(len(set(worker[rounds == r].tolist())) != n for r in range(counts.size)):
         raise ValueError(f"trace file {path!r}: each round must hold every worker once")
     version = _versions_barrier(rounds, delivered)
-    if not np.array_equal(version, np.asarray([int(r["version"]) for r in rows])):
-        e = int(np.argmax(version != np.asarray([int(r["version"]) for r in rows])))
-        raise ValueError(f"trace file {path!r}, event {e}: the recorded version {rows[e]['version']} is not the number "
+    if not np.array_equal(version, recorded):
+        e = int(np.argmax(version != recorded))
+        raise ValueError(f"trace file {path!r}, event {e}: the recorded version {recorded[e]} is not the number "
                          f"of results applied before its round ({version[e]})")
     if not np.array_equal(job, rounds):
         raise ValueError(f"trace file {path!r}: in a run in rounds, worker i's job r is its job of round r")
-    return Schedule(
-        worker=worker.astype(np.int32), start=start, finish=applied, version=version, delivered=delivered,
-        round=rounds.astype(np.int64), num_workers=n, policy="barrier",
-        mean_durations=np.array([np.mean((finish - start)[worker == i]) for i in range(n)]),
-        description=f"replay of the real run {path} (barrier rounds)", compute_finish=finish,
-        job_key=np.asarray(meta["base_key"], np.uint32))
+    return version
