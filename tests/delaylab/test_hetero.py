@@ -193,6 +193,7 @@ def test_frontier_dirichlet_presets_draw_dirichlet_shards_and_say_so():
     class mixes differ, where the i.i.d. presets' match), stored and named in the texts."""
     p = hetero_frontier.PRESETS["quick-dirichlet"]
     assert p.split == "dirichlet 1" and dataclasses.replace(p, name="quick", split="iid") == hetero_frontier.PRESETS["quick"]
+    assert hetero_frontier.PRESETS["quick"] == dataclasses.replace(lab.PRESETS["quick"], max_extend=5)
     probs = {split: lab.seeded_problem(p, 0, split=split)[0] for split in ("iid", p.split)}
 
     def class_mix(prob):  # [workers, 10]: each shard's share of each class
