@@ -164,8 +164,8 @@ def _estimate(fig, preset: str, out: str) -> int:
         return 2
     reused = f", {e['reused']} of them stored by a stopped run and reused" if e["reused"] else ""
     print(f"{fig.name} --preset {preset}: predicted wall time on this machine {fmt(e['predicted'])} "
-          f"({fmt(e['simulated'])} in {e['runs']} simulated runs, {e['cut']} of them timed on their first segments; "
-          f"{fmt(e['other'])} outside the simulator, measured); {e['parts']} part{'s' if e['parts'] != 1 else ''}{reused}. "
+          f"({fmt(e['simulated'])} in {e['runs']} runs, simulated or on real workers, {e['cut']} of them timed on "
+          f"their first segments or results; {fmt(e['other'])} outside them, measured); {e['parts']} part{'s' if e['parts'] != 1 else ''}{reused}. "
           f"The calibration took {fmt(e['calibration'])}.")
     return 0
 

@@ -318,7 +318,8 @@ class Figure:
     def estimate(self, preset: str, out_dir: Optional[str], *, probe=None) -> dict:
         """Predict the wall time of computing ``preset`` on this machine from a calibration: the
         figure's ``compute`` with its simulated runs timed by :class:`sim.driver.Probe` (a long run
-        cut after its compilation and its first segments, a short one timed whole), parts a stopped
+        cut after its compilation and its first segments, a short one timed whole; a real run on
+        Ray workers cut after its first results and predicted at their pace), parts a stopped
         run stored under ``out_dir`` reused, a part asked for twice computed once, and nothing
         written but the estimate itself (``.parts/<figure>_<preset>/estimate.json``, which the run
         then reads to say parts left and time left). Work outside the simulator (evaluation,

@@ -108,7 +108,9 @@ class Probe:
     run's end, and (where the tail window was not reached) the last model as the tail average;
     numbers for the caller's control flow to go on with, not results. Runs too short to cut run
     whole, their time measured, and so do runs whose rest would execute in under ``short``
-    seconds (their rest in one call).
+    seconds (their rest in one call). A real run (:func:`sim.real.run`) inside the block is cut
+    too: :func:`real_cut` says how many results it applies, :func:`real_predict` how long the
+    whole run would take.
 
     Attributes (totals over the runs driven while active):
       runs: runs (or sweeps) driven; cut: of those, how many were stopped early.
@@ -129,6 +131,41 @@ class Probe:
 
 
 _PROBE: contextvars.ContextVar[Optional[Probe]] = contextvars.ContextVar("delaylab_probe", default=None)
+
+
+def active_probe() -> Optional[Probe]:
+    """The :class:`Probe` of the :func:`probing` block this code runs in, or None."""
+    return _PROBE.get()
+
+
+def real_cut(probe: Probe, num_events: int, num_workers: int, rounds: bool) -> int:
+    """How many results a real run (:func:`sim.real.run`) applies under ``probe``: its first
+    ``num_events / probe.pieces`` results, at least 4 per worker (so that the pace is read after
+    every worker's first cycle), in whole rounds for a run in rounds; all of a short run."""
+    m = max(4 * num_workers, math.ceil(num_events / probe.pieces))
+    if rounds:
+        m = num_workers * math.ceil(m / num_workers)
+    return min(int(num_events), int(m))
+
+
+def real_predict(probe: Probe, *, seconds: float, served: np.ndarray, num_events: int, num_workers: int) -> None:
+    """Count a real run cut by :func:`real_cut` in ``probe``: it took ``seconds`` (start-up
+    included) and its results were served at ``served`` (seconds since its clock started). The
+    rest of the run is predicted at the pace of the results after the first ``num_workers`` (the
+    first cycle also waits for every worker's first job): real workers run at steady rates, so
+    results arrive at a steady pace."""
+    served = np.asarray(served, np.float64)
+    m = int(served.shape[0])
+    probe.runs += 1
+    probe.spent += seconds
+    rest = int(num_events) - m
+    if rest <= 0:
+        probe.predicted += seconds
+        return
+    k0 = min(int(num_workers), m - 1)
+    pace = (served[-1] - served[k0 - 1]) / (m - k0) if k0 >= 1 else served[-1] / m
+    probe.cut += 1
+    probe.predicted += seconds + rest * float(pace)
 _COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
                    "/jax/core/compile/backend_compile_duration")
 _listening = False

@@ -412,8 +412,10 @@ def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict
         instance already initialised in this process, else a new local one.
       timeout: seconds to wait for any one result before giving up on the run.
     """
-    from delaylab.sim import engine
+    from delaylab.sim import driver, engine
     from delaylab.sim.problems import Problem
+
+    called = time.perf_counter()
 
     check_protocol(alg)
     if not isinstance(problem, Problem):
@@ -435,6 +437,12 @@ def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict
                          "death would never end; inject deaths into asynchronous runs only")
     if log_every is None:
         log_every = max(1, num_events // 50)
+    # under a calibration (sim.driver.probing: `delaylab figure --estimate`), only the run's first
+    # results are computed and the rest of its time predicted from their pace (driver.real_predict);
+    # the cut result is there for the caller's control flow to go on with, not as a result
+    probe, full_events = driver.active_probe(), num_events
+    if probe is not None:
+        num_events = driver.real_cut(probe, num_events, n, by_round)
     try:
         import ray
     except ImportError:
@@ -525,6 +533,9 @@ def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict
     trace["duration"] = trace["finish"] - trace["start"]
     times = np.asarray([t for t, _ in snaps])
     snap_params = jax.tree.map(lambda *a: np.stack(a), *[p for _, p in snaps])
+    if probe is not None:
+        driver.real_predict(probe, seconds=time.perf_counter() - called, served=trace["served"],
+                            num_events=full_events, num_workers=n)
     return RealResult(params=params, state=state, trace=trace, dead=dead, snapshot_time=times,
                       snapshot_params=snap_params, wall_seconds=float(wall), base_key=base, key_impl=impl,
                       num_workers=n, algorithm=alg.name)

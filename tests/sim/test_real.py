@@ -101,6 +101,21 @@ def test_real_runs_replay_exactly_end_when_every_worker_dies_and_draw_the_wallcl
     assert np.linalg.norm(np.asarray(res.params) - np.asarray(problem.x0)) > 0 and err <= 1e-6
     assert len(real._POOL["idle"]) == 4  # its three came back
 
+    # under a calibration (`delaylab figure --estimate`) a real run applies its first results only
+    # (driver.real_cut: 4 per worker here) and the rest is predicted at their pace after the first
+    # cycle (driver.real_predict); runs in rounds are cut in whole rounds
+    from delaylab.sim import driver
+
+    with driver.probing() as probe:
+        cut = real.run(algos.asgd(stepsize=0.05), problem, num_events=400, key=jax.random.key(6),
+                       slowdown=real.Slowdown(sleep=(0.0, 0.002)))
+        whole_rounds = real.run(alg, problem, num_events=30, key=jax.random.key(5))
+    assert cut.num_events == 10 and whole_rounds.num_events == 8 and whole_rounds.trace["round"].max() == 3
+    assert probe.runs == 2 and probe.cut == 2
+    paces = [(r.trace["served"][-1] - r.trace["served"][1]) / (r.num_events - 2) for r in (cut, whole_rounds)]
+    assert probe.predicted - probe.spent == pytest.approx(390 * paces[0] + 22 * paces[1], rel=1e-9)
+    assert len(real._POOL["idle"]) == 4
+
 
     # on the same Ray instance (a test of its own would start Ray again on another xdist worker): a
     # run ends cleanly when every worker dies, with what it had: jobs 0-2 of worker 0, 0-3 of worker 1
@@ -123,6 +138,8 @@ def test_real_runs_replay_exactly_end_when_every_worker_dies_and_draw_the_wallcl
     from delaylab import cli
 
     out = tmp_path / "wc"
+    assert cli.main(["figure", "wallclock", "--quick", "--estimate", "--out", str(out)]) == 0  # its real run cut
+    assert (out / ".parts" / "wallclock_quick" / "estimate.json").exists()
     assert cli.main(["figure", "wallclock", "--quick", "--out", str(out)]) == 0
     with open(out / "wallclock.csv") as fh:
         rows = list(csv.DictReader(fh))
