@@ -139,9 +139,11 @@ def active_probe() -> Optional[Probe]:
 
 
 def real_cut(probe: Probe, num_events: int, num_workers: int, rounds: bool) -> int:
-    """How many results a real run (:func:`sim.real.run`) applies under ``probe``: its first
-    ``num_events / probe.pieces`` results, at least 4 per worker (so that the pace is read after
-    every worker's first cycle), in whole rounds for a run in rounds; all of a short run."""
+    """How many results a real run (:func:`sim.real.run`) applies under ``probe`` at least: its
+    first ``num_events / probe.pieces`` results, and at least 4 per worker (so that the pace is
+    read after every worker's first cycle), in whole rounds for a run in rounds; all of a short
+    run. An asynchronous run goes on past it until every live worker has delivered two results
+    (a figure that fits a timing model to the cut trace needs two per worker)."""
     m = max(4 * num_workers, math.ceil(num_events / probe.pieces))
     if rounds:
         m = num_workers * math.ceil(m / num_workers)

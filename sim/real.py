@@ -440,9 +440,8 @@ def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict
     # under a calibration (sim.driver.probing: `delaylab figure --estimate`), only the run's first
     # results are computed and the rest of its time predicted from their pace (driver.real_predict);
     # the cut result is there for the caller's control flow to go on with, not as a result
-    probe, full_events = driver.active_probe(), num_events
-    if probe is not None:
-        num_events = driver.real_cut(probe, num_events, n, by_round)
+    probe = driver.active_probe()
+    cut = num_events if probe is None else driver.real_cut(probe, num_events, n, by_round)
     try:
         import ray
     except ImportError:
@@ -484,7 +483,7 @@ def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict
                 + [server.warm.remote(jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), msg_like))])
         t0 = time.time()
         pending = {workers[i].job.remote(start, 0, t0): (i, 0) for i in range(n)}
-        while by_round and applied < num_events:  # barrier rounds: job r of every worker, then one application
+        while by_round and applied < cut:  # barrier rounds: job r of every worker, then one application
             r, arrivals = applied // n, []
             while pending:
                 i, k, got = _next_result(ray, pending, timeout, f"round {r}: not every worker reported within "
@@ -496,9 +495,15 @@ def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict
             row_ref, *points = server.apply_round.options(num_returns=n + 1).remote(arrivals, r, t0)
             rows.append(row_ref)
             applied += n
-            if applied < num_events:
+            if applied < cut:
                 pending = {workers[i].job.remote(p, r + 1, t0): (i, r + 1) for (i, *_), p in zip(arrivals, points)}
-        while applied < num_events and pending:
+        delivered = np.zeros(n, np.int64)
+
+        def more() -> bool:  # results still to apply (a calibration's cut run: driver.real_cut)
+            lost = {w for w, _ in dead}
+            return applied < num_events and (applied < cut or any(delivered[i] < 2 for i in range(n) if i not in lost))
+
+        while not by_round and more() and pending:
             i, k, got = _next_result(ray, pending, timeout, f"no worker reported within {timeout} s; the run stopped "
                                                             f"after {applied} results")
             if got is None:
@@ -508,7 +513,8 @@ def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict
             point, row = server.apply.options(num_returns=2).remote(i, msg, k, t_start, t_finish, key_data, t0)
             rows.append(row)
             applied += 1
-            if applied < num_events:
+            delivered[i] += 1
+            if more():
                 pending[workers[i].job.remote(point, k + 1, t0)] = (i, k + 1)
         rows = ray.get(rows)
         if by_round:
@@ -535,7 +541,7 @@ def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict
     snap_params = jax.tree.map(lambda *a: np.stack(a), *[p for _, p in snaps])
     if probe is not None:
         driver.real_predict(probe, seconds=time.perf_counter() - called, served=trace["served"],
-                            num_events=full_events, num_workers=n)
+                            num_events=num_events, num_workers=n)
     return RealResult(params=params, state=state, trace=trace, dead=dead, snapshot_time=times,
                       snapshot_params=snap_params, wall_seconds=float(wall), base_key=base, key_impl=impl,
                       num_workers=n, algorithm=alg.name)
