@@ -122,6 +122,7 @@ class Probe:
     steady: int = 2
     enough: float = 0.3
     short: float = 1.0
+    cycles: int = 8  # a real run cut: results (or rounds) each worker delivers at least (real_cut)
     runs: int = 0
     cut: int = 0
     spent: float = 0.0
@@ -140,13 +141,14 @@ def active_probe() -> Optional[Probe]:
 
 def real_cut(probe: Probe, num_events: int, num_workers: int, rounds: bool) -> int:
     """How many results a real run (:func:`sim.real.run`) applies under ``probe`` at least: its
-    first ``num_events / probe.pieces`` results, and at least 4 per worker (so that the pace is
-    read after every worker's first cycle), in whole rounds for a run in rounds; all of a short
-    run. An asynchronous run goes on past it until every live worker has delivered two results
-    (a figure that fits a timing model to the cut trace needs two per worker)."""
+    first ``num_events / probe.pieces`` results and at least 4 per worker (so that the pace is read
+    after every worker's first cycle); a run in rounds, at least ``probe.cycles`` whole rounds; all
+    of a short run. An asynchronous run goes on past it until every live worker has delivered
+    ``probe.cycles`` results: a figure that fits a timing model to the cut trace (or to a part of
+    it) needs a few from each worker."""
     m = max(4 * num_workers, math.ceil(num_events / probe.pieces))
     if rounds:
-        m = num_workers * math.ceil(m / num_workers)
+        m = num_workers * max(probe.cycles, math.ceil(m / num_workers))
     return min(int(num_events), int(m))
 
 
