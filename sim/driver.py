@@ -122,7 +122,7 @@ class Probe:
     steady: int = 2
     enough: float = 0.3
     short: float = 1.0
-    cycles: int = 8  # a real run cut: results (or rounds) each worker delivers at least (real_cut)
+    cycles: int = 16  # a real run cut: results (or rounds) each worker delivers at least (real_cut)
     runs: int = 0
     cut: int = 0
     spent: float = 0.0

@@ -102,22 +102,22 @@ def test_real_runs_replay_exactly_end_when_every_worker_dies_and_draw_the_wallcl
     assert len(real._POOL["idle"]) == 4  # its three came back
 
     # under a calibration (`delaylab figure --estimate`) a real run applies its first results only
-    # (driver.real_cut: 4 per worker here, and 8 from each) and the rest is predicted at their pace after the first
+    # (driver.real_cut: 4 per worker here, and 16 from each) and the rest is predicted at their pace after the first
     # cycle (driver.real_predict); runs in rounds are cut in whole rounds
     from delaylab.sim import driver
 
     with driver.probing() as probe:
         cut = real.run(algos.asgd(stepsize=0.05), problem, num_events=400, key=jax.random.key(6),
                        slowdown=real.Slowdown(sleep=(0.0, 0.002)))
-        whole_rounds = real.run(alg, problem, num_events=30, key=jax.random.key(5))
-    # the asynchronous run stops at the first result by which it has 10 and each worker 8
+        whole_rounds = real.run(alg, problem, num_events=60, key=jax.random.key(5))
+    # the asynchronous run stops at the first result by which it has 10 and each worker 16
     w = cut.trace["worker"]
-    enough = [e + 1 >= 10 and min(np.bincount(w[:e + 1], minlength=2)) >= 8 for e in range(cut.num_events)]
+    enough = [e + 1 >= 10 and min(np.bincount(w[:e + 1], minlength=2)) >= 16 for e in range(cut.num_events)]
     assert enough[-1] and not any(enough[:-1])
-    assert whole_rounds.num_events == 16 and whole_rounds.trace["round"].max() == 7  # 8 rounds
+    assert whole_rounds.num_events == 32 and whole_rounds.trace["round"].max() == 15  # 16 rounds
     assert probe.runs == 2 and probe.cut == 2
     paces = [(r.trace["served"][-1] - r.trace["served"][1]) / (r.num_events - 2) for r in (cut, whole_rounds)]
-    assert probe.predicted - probe.spent == pytest.approx((400 - cut.num_events) * paces[0] + 14 * paces[1], rel=1e-9)
+    assert probe.predicted - probe.spent == pytest.approx((400 - cut.num_events) * paces[0] + 28 * paces[1], rel=1e-9)
     assert len(real._POOL["idle"]) == 4
 
 
