@@ -205,7 +205,7 @@ def findings(data: dict) -> str:
             f"server {s['closer'].mean:+.3f} ± {s['closer'].half:.3f}. Run time "
             f"real {s['seconds']['real']:.2f} s, server model {s['seconds']['simulated']:.2f} s, fixed "
             f"{s['seconds']['fixed']:.2f} s.")
-    lines.append("")
+    lines += ["", _against_fixed(rows)]
     for scale in data["scales"]:
         at = [s for s in rows if s["scale"] == scale]
         counts = []
@@ -238,6 +238,29 @@ def findings(data: dict) -> str:
               "each update through a driver that handles one at a time, before the server; the fit counts the "
               "driver's time in the links, as a delay, so its queueing there is not modelled."]
     return "\n".join(lines) + "\n"
+
+
+def _against_fixed(rows: list) -> str:
+    """Where the server model is, and is not, shown better than fixed computation (each
+    difference's 95% interval above 0), with the server's busy share where it is not: the less of a
+    cycle the server takes, the less the two models can differ."""
+    def setting(s):
+        return f"n = {s['n']}, sleeps {1000 * s['scale']:g}–{1000 * s['scale'] * SPREAD:g} ms"
+
+    parts = []
+    for what, key in (("share error", lambda s: s["gain"]["fixed"]), ("distance to x_q", lambda s: s["closer"])):
+        not_shown = [s for s in rows if not key(s).lo > 0]
+        text = f"its {what} in {len(rows) - len(not_shown)} of {len(rows)} settings"
+        if not_shown:
+            text += " (not in " + "; ".join(
+                f"{setting(s)}: {key(s).mean:+.3f} [{key(s).lo:+.3f}, {key(s).hi:+.3f}]; there the server is busy "
+                f"{100 * s['busy']:.0f}% of the time, and fixed computation's share error is "
+                f"{100 * s['share']['fixed'].mean():.1f} points against the server model's "
+                f"{100 * s['share']['server'].mean():.1f}" for s in not_shown) + ")"
+        parts.append(text)
+    return ("Against fixed computation (better: the paired difference's 95% interval lies above 0): the server model is "
+            "better in " + ", and in ".join(parts) + ". The less of a cycle the server takes, the closer the two "
+            "models' shares, and with them their x_q.")
 
 
 def _span(lo: float, hi: float, digits: int = 0) -> str:
