@@ -359,7 +359,8 @@ def _tied_range(b: claims.Bracket, tie: float) -> str:
 def resolution_lines(d: dict) -> list:
     """The tuning's resolution: cells whose bracket used every extension allowed or whose tied
     steps span more than a factor 2, and, where both ran, the scores of vanilla and Rescaled ASGD
-    at h = 0, whose steps are the same (τ_i/τ_H = 1) and whose runs differ in rounding only."""
+    at h = 0, whose steps are the same (τ_i/τ_H = 1): their scores' difference is noise the
+    tuning cannot resolve (rounding in two programs is the one difference known)."""
     tie, limit = d["tie"], int(d.get("max_extend", 3))
     loose = []
     for (h, nm) in d["cells"]:

@@ -170,6 +170,8 @@ def real_predict(probe: Probe, *, seconds: float, served: np.ndarray, num_events
     pace = (served[-1] - served[k0 - 1]) / (m - k0) if k0 >= 1 else served[-1] / m
     probe.cut += 1
     probe.predicted += seconds + rest * float(pace)
+
+
 _COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
                    "/jax/core/compile/backend_compile_duration")
 _listening = False

@@ -501,8 +501,8 @@ def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict
 
         def more() -> bool:  # results still to apply (a calibration's cut run: driver.real_cut)
             lost = {w for w, _ in dead}
-            return applied < num_events and (applied < cut or any(delivered[i] < probe.cycles for i in range(n)
-                                                                  if i not in lost))
+            return applied < num_events and (applied < cut or (probe is not None and any(
+                delivered[i] < probe.cycles for i in range(n) if i not in lost)))
 
         while not by_round and more() and pending:
             i, k, got = _next_result(ray, pending, timeout, f"no worker reported within {timeout} s; the run stopped "
