@@ -436,6 +436,7 @@ class Bracket:
     interior: bool
     edge: str  # "" when interior, else "lower" or "upper": the side where the limit was reached
     extended: int  # steps added beyond the starting grid
+    screened: tuple = ()  # steps scored on the first tuning seed alone (worse by the screen: bracket)
 
     def neighbours(self) -> tuple:
         """(lower, upper): the evaluated steps next to the best (after refinement, the refined
@@ -446,7 +447,8 @@ class Bracket:
     def resolution(self) -> tuple:
         """(second-best step, its score relative to the best's, (s₂ − s₁)/|s₁|): how far apart the
         tuning seeds put the best step and the runner-up (nan with one finite score)."""
-        order = sorted(range(len(self.steps)), key=lambda i: (self.scores[i], self.steps[i]))
+        order = sorted((i for i in range(len(self.steps)) if self.steps[i] not in self.screened),
+                       key=lambda i: (self.scores[i], self.steps[i]))
         if len(order) < 2 or not math.isfinite(self.scores[order[1]]):
             return (float("nan"), float("nan"))
         s1, s2 = self.scores[order[0]], self.scores[order[1]]
@@ -458,6 +460,7 @@ class Bracket:
             second, rel = self.resolution()
             return (f"best step {self.best:.4g}, interior to {self.steps[0]:.4g}–{self.steps[-1]:.4g}"
                     + (f" ({self.extended} step(s) added past the starting grid's edge)" if self.extended else "")
+                    + (f" ({len(self.screened)} step(s) screened out on the first tuning seed)" if self.screened else "")
                     + (f"; runner-up {second:.4g} scores {rel:+.1%} worse" if math.isfinite(rel) else ""))
         return (f"best step {self.best:.4g} at the grid's {self.edge} edge after {self.extended} extension(s) "
                 "(limit reached)")
@@ -467,11 +470,12 @@ class Bracket:
         """The bracket a figure stored in its data (steps, scores, interior, edge; the chosen step
         under the key ``best``; ``extended`` where it was kept, else 0), for :func:`gated`."""
         return cls(tuple(d["steps"]), tuple(d["scores"]), float(d[best]), bool(d["interior"]), str(d["edge"]),
-                   int(d.get("extended", 0)))
+                   int(d.get("extended", 0)), tuple(float(g) for g in d.get("screened", ())))
 
 
 def bracket(score: Callable[[float], float], grid: Sequence[float], *, max_extend: int = 4,
-            ratio: float | None = None, refine: int = 0, tie: float = 0.0) -> Bracket:
+            ratio: float | None = None, refine: int = 0, tie: float = 0.0,
+            first: Callable[[float], float] | None = None, screen: float = 0.0) -> Bracket:
     """Evaluate ``score`` (lower is better; nan counts as inf) on ``grid`` and extend it
     geometrically past an edge while the best step is there. A diverged run should score ``inf``.
     The result says whether the best step is interior; a verdict that depends on a step at an edge
@@ -488,7 +492,15 @@ def bracket(score: Callable[[float], float], grid: Sequence[float], *, max_exten
     tied with it, and the bracket is interior only when no tied step sits at an edge (else it
     extends on that side, as for the best). Where scores are noisy (a few tuning seeds of a
     chaotic training run), a best step that beats an edge step by less than the noise is not an
-    interior optimum."""
+    interior optimum.
+
+    ``screen`` (relative, > ``tie``; 0: off) with ``first`` (the score on the first tuning seed
+    alone, a run ``score`` then reuses): a step whose first-seed score is worse than the best
+    step's first-seed score by more than ``screen`` × its magnitude is not scored on the other
+    seeds (successive halving's first rung, where the gap is far beyond the seeds' noise). Such a
+    step is never the best nor tied; it counts as worse than the best, so it bounds a bracket like
+    any other; ``Bracket.screened`` lists it, with its first-seed score. The first steps, before
+    any step is fully scored, are scored in full."""
     g = sorted(float(s) for s in grid)
     if len(g) < 2 or g[0] <= 0 or len(set(g)) != len(g):
         raise ValueError(f"bracket needs at least 2 distinct positive steps; got {list(grid)!r}")
@@ -499,12 +511,35 @@ def bracket(score: Callable[[float], float], grid: Sequence[float], *, max_exten
         raise ValueError(f"max_extend must be >= 0; got {max_extend!r}")
     if not (math.isfinite(tie) and tie >= 0):
         raise ValueError(f"tie must be a finite number >= 0; got {tie!r}")
+    if not (math.isfinite(screen) and screen >= 0):
+        raise ValueError(f"screen must be a finite number >= 0; got {screen!r}")
+    if screen > 0 and (first is None or screen <= tie):
+        raise ValueError(f"screen needs first (the first tuning seed's score) and must exceed tie ({tie!r}); "
+                         f"got screen={screen!r}, first={'given' if first is not None else 'None'}")
     seen: dict = {}
+    firsts: dict = {}  # first-seed scores (screening)
+    screened: set = set()
+
+    def finite_or_inf(v) -> float:
+        v = float(v)
+        return v if math.isfinite(v) else math.inf
+
+    def best_of(steps):
+        return min((s for s in steps if s not in screened), key=lambda s: (seen[s], s))
 
     def at(s: float) -> float:
-        if s not in seen:
-            v = float(score(s))
-            seen[s] = v if math.isfinite(v) else math.inf
+        if s in seen:
+            return seen[s]
+        if screen > 0 and len(screened) < len(seen):
+            ref = firsts[best_of(seen)]
+            f = firsts[s] = finite_or_inf(first(s))
+            if math.isfinite(ref) and f > ref + screen * abs(ref):
+                screened.add(s)
+                seen[s] = f
+                return f
+        seen[s] = finite_or_inf(score(s))
+        if screen > 0 and s not in firsts:
+            firsts[s] = finite_or_inf(first(s))
         return seen[s]
 
     for s in g:
@@ -512,8 +547,8 @@ def bracket(score: Callable[[float], float], grid: Sequence[float], *, max_exten
     added = {"lower": 0, "upper": 0}
     while True:
         steps = sorted(seen)
-        best = min(steps, key=lambda s: (seen[s], s))
-        tied = [s for s in steps if seen[s] <= seen[best] + tie * abs(seen[best])]
+        best = best_of(steps)
+        tied = [s for s in steps if s not in screened and seen[s] <= seen[best] + tie * abs(seen[best])]
         if math.isinf(seen[best]):  # everything diverged so far: only smaller steps can help
             edge = "lower"
         elif steps[0] in tied and len(steps) > 1:
@@ -526,11 +561,13 @@ def bracket(score: Callable[[float], float], grid: Sequence[float], *, max_exten
                 i = steps.index(best)
                 for nb in (steps[i - 1], steps[i + 1]):
                     at(math.sqrt(best * nb))
-                best = min(sorted(seen), key=lambda s: (seen[s], s))
+                best = best_of(seen)
             steps = sorted(seen)
-            return Bracket(tuple(steps), tuple(seen[s] for s in steps), best, True, "", sum(added.values()))
+            return Bracket(tuple(steps), tuple(seen[s] for s in steps), best, True, "", sum(added.values()),
+                           tuple(sorted(screened)))
         if added[edge] >= max_extend:
-            return Bracket(tuple(steps), tuple(seen[s] for s in steps), best, False, edge, sum(added.values()))
+            return Bracket(tuple(steps), tuple(seen[s] for s in steps), best, False, edge, sum(added.values()),
+                           tuple(sorted(screened)))
         at(steps[0] / r if edge == "lower" else steps[-1] * r)
         added[edge] += 1
 

@@ -57,6 +57,9 @@ class Preset:
     max_extend: int = 3  # steps added past a starting grid's edge, per side
     tie: float = 0.02  # experiments 3, 4: tuning scores within 2% of the best are tied (claims.bracket)
     refine: int = 1  # experiments 3, 4: bracket refinements once the best is interior
+    # experiments 3, 4: a step whose first tuning seed scores this much (relative) worse than the best
+    # step's is not run on the other tuning seeds (claims.bracket's screen; 0: off)
+    screen: float = 0.0
     more_seeds: int = 10  # experiments 3, 4: reported seeds of a claim whose verdict is marginal on `seeds`
     divergence_seeds: int = 12  # experiment 2: its straggler effect is a difference of differences (more seeds)
     split: str = "iid"  # experiment 3's shards: "iid" or "dirichlet α" (:func:`seeded_problem`)
@@ -324,7 +327,8 @@ class Cell:
             return v if math.isfinite(v) else math.inf
 
         return claims.bracket(mean_score, scheme.grid, max_extend=self.p.max_extend, tie=self.p.tie,
-                              refine=self.p.refine)
+                              refine=self.p.refine, screen=self.p.screen,
+                              first=lambda g: score(self.run(g, tune[0], True)))
 
     def report(self, g: float, seeds: Optional[int] = None) -> list:
         """The runs of the first ``seeds`` reported seeds (default: the preset's) at step ``g``."""
@@ -334,7 +338,7 @@ class Cell:
 
 def stored_bracket(b: claims.Bracket) -> dict:
     return {"steps": list(b.steps), "scores": list(b.scores), "best": b.best, "interior": b.interior, "edge": b.edge,
-            "extended": b.extended}
+            "extended": b.extended, "screened": list(b.screened)}
 
 
 def tuned(parts: Parts, p: Preset, cell: str, inputs: dict, make_run: Callable, scheme: Scheme,

@@ -38,6 +38,11 @@ FRONTIER_EXTEND = 5
 _FRONTIER = {k: dataclasses.replace(v, max_extend=FRONTIER_EXTEND) for k, v in lab.PRESETS.items()}
 PRESETS = {**_FRONTIER, **{f"{k}-dirichlet": dataclasses.replace(v, name=f"{k}-dirichlet", split=DIRICHLET)
                            for k, v in _FRONTIER.items()}}
+# The quick preset with its tuning screened (claims.bracket's screen: a step whose first tuning seed
+# scores 25% worse than the best step's is not run on the other two): run beside --quick, it shows
+# whether screening picks the same steps as full brackets (benchmarks/RESULTS.md).
+SCREEN = 0.25
+PRESETS["quick-screened"] = dataclasses.replace(PRESETS["quick"], name="quick-screened", screen=SCREEN)
 from delaylab.paper_figures._output import pyplot, save_figure
 from delaylab.sim import schedules
 
@@ -150,7 +155,7 @@ def compute(p: Preset, parts) -> dict:
     dsname = lab.tuning_images(p)[0]
     out = {"preset": p.name, "split": p.split, "levels": np.array(LEVELS_H), "dataset": dsname, "horizon": p.horizon,
            "tune_seeds": tune, "report_seeds": report, "tie": p.tie, "refine": p.refine, "more_seeds": p.more_seeds,
-           "max_extend": p.max_extend, "cells": {}, "window": "time"}
+           "max_extend": p.max_extend, "screen": p.screen, "cells": {}, "window": "time"}
     counts = run_counts(p.horizon)
     cells, brackets = {}, {}
     for h in LEVELS_H:
@@ -404,8 +409,8 @@ def shards(d: dict) -> str:
 
 
 def stem(d: dict) -> str:
-    """hetero_frontier for the i.i.d. presets, hetero_frontier_<preset> for the others."""
-    return "hetero_frontier" if split_of(d) == "iid" else "hetero_frontier_" + d["preset"].replace("-", "_")
+    """hetero_frontier for the quick preset, hetero_frontier_<preset> for the others."""
+    return "hetero_frontier" if d["preset"] == "quick" else "hetero_frontier_" + d["preset"].replace("-", "_")
 
 
 def findings_frontier(d: dict) -> str:
@@ -418,7 +423,9 @@ def findings_frontier(d: dict) -> str:
              f"{', '.join(f'{g:g}' for g in GAMMAS_GSP)} (GSP, which steps γ/n per push) on tuning seeds "
              f"{d['tune_seeds']} by the validation accuracy at the budget (scores within {d['tie']:.0%} "
              f"of the best count as tied, and a tie at an edge extends the grid, by up to {int(d.get('max_extend', 3))} "
-             f"steps a side; refined {d['refine']} time(s)); reported "
+             f"steps a side; refined {d['refine']} time(s)"
+             + (f"; a step whose first tuning seed scores over {d['screen']:.0%} worse than the best step's is not run "
+                "on the other tuning seeds" if d.get("screen", 0.0) > 0 else "") + "); reported "
              f"seeds {d['report_seeds']} ({d['more_seeds']} for a claim decided within two half-widths), "
              f"each drawing its own {', '.join(lab.SOURCES)} of the fixed training images (timing: each job's "
              "exponential jitter, of mean 0.1 τ_i, on the fixed speed profile; the test and validation images are the "

@@ -281,6 +281,48 @@ def test_bracket_treats_divergence_as_the_worst_score_and_steps_down():
     assert b.interior and b.best == pytest.approx(0.003125) and b.extended == 6 and math.isinf(max(b.scores))
 
 
+def test_bracket_screens_far_worse_steps_on_the_first_seed_and_picks_the_same_step():
+    """Three tuning seeds whose scores are a bowl in log step plus a seed's offset; with a screen of
+    25% a step whose first seed scores over 1.25 × the best's first seed is not run on seeds 2 and 3.
+    The bracket picks the step the full bracket picks, runs fewer seeds, lists the screened steps
+    with their first-seed scores, never calls one best, tied or the runner-up, and a diverging
+    first seed (nan) is screened; a screen without first, or not above the tie, is refused."""
+    offsets = (0.0, 0.03, -0.02)
+
+    def seed_score(g, s):
+        return np.nan if g > 3.0 else 1.0 + (np.log(g) - np.log(0.3)) ** 2 + offsets[s]
+
+    calls = []
+
+    def first(g):
+        calls.append((g, 0))
+        return seed_score(g, 0)
+
+    def mean(g):
+        calls.extend((g, s) for s in range(3))
+        return float(np.mean([seed_score(g, s) for s in range(3)]))
+
+    grid = [0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0]
+    full = V.bracket(lambda g: float(np.mean([seed_score(g, s) for s in range(3)])), grid, refine=1, tie=0.02)
+    b = V.bracket(mean, grid, refine=1, tie=0.02, first=first, screen=0.25)
+    assert b.best == full.best and b.interior and b.steps == full.steps
+    # first-seed scores 12.6, 6.30, 2.21, 1.00, 2.45, 6.30, nan: 0.01 is scored in full (nothing to
+    # screen against), each of 0.03, 0.1, 0.3 beats the best before it; 1.0, 3.0 and 10.0 (nan) are
+    # over 1.25 × 0.3's, and so are the refinement's midpoints √0.03 and √0.3 (1.30 and 1.36)
+    assert b.screened == tuple(sorted((math.sqrt(0.03), math.sqrt(0.3), 1.0, 3.0, 10.0)))
+    assert b.scores[b.steps.index(10.0)] == math.inf and b.scores[b.steps.index(1.0)] == pytest.approx(seed_score(1.0, 0))
+    assert {g for g, s in calls if s > 0} == {g for g in b.steps if g not in b.screened}
+    second, _ = b.resolution()
+    assert second == 0.1  # the full bracket's runner-up, √0.03, was screened here
+    assert "screened out" in b.note()
+    assert V.Bracket.from_stored({"steps": b.steps, "scores": b.scores, "best": b.best, "interior": True, "edge": "",
+                                  "extended": 0, "screened": b.screened}).screened == b.screened
+    with pytest.raises(ValueError, match="screen"):
+        V.bracket(mean, grid, screen=0.25)
+    with pytest.raises(ValueError, match="screen"):
+        V.bracket(mean, grid, first=first, screen=0.02, tie=0.02)
+
+
 @pytest.mark.parametrize("bad", [[0.1], [0.1, 0.1], [-0.1, 0.2], [0.0, 1.0]])
 def test_bracket_refuses_a_grid_it_cannot_extend(bad):
     with pytest.raises(ValueError, match="at least 2 distinct positive steps"):
