@@ -271,9 +271,14 @@ def step_robust(at: AtSteps, *, seeds: int = 10, common: bool = True) -> tuple[s
     "holds" or "does not hold" only where the tuned steps, the common step (where the claim has
     one: ``common``) and every pair of neighbours give that same word (else it depends on the
     step), where those settings were measured at all, and where no setting's word rests on
-    :func:`marginal` comparisons (:func:`thin`)."""
+    :func:`marginal` comparisons (:func:`thin`). Inconclusive at the tuned steps, it is
+    inconclusive, and where another setting decided a word the reason says the word depends on
+    the step, with every setting's."""
     verdict, _ = at.tuned
     if verdict == INCONCLUSIVE:
+        words = {k: v for k, (v, _) in at.readings().items()}
+        if any(v != INCONCLUSIVE for v in words.values()):
+            return INCONCLUSIVE, "depends on the step: " + "; ".join(f"{k}: {v}" for k, v in words.items())
         return INCONCLUSIVE, ""
     if (common and not at.common) or not at.neighbours:
         return INCONCLUSIVE, ("robustness to the step not measured ("

@@ -57,6 +57,15 @@ def test_step_robust_needs_every_setting_to_agree():
     assert word == C.INCONCLUSIVE and why.startswith("depends on the step") and "neighbours −: does not hold" in why
     word, why = C.step_robust(C.AtSteps(_at(C.HOLDS, [C.HOLDS] * 3).tuned, {}, {}))
     assert word == C.INCONCLUSIVE and "not measured" in why
+    # inconclusive at the tuned steps: inconclusive, and where another setting decided a word the
+    # reason says so, with every setting's word; where none did, no reason
+    undecided = C.AtSteps((C.INCONCLUSIVE, []), {"γ = 1": (C.INCONCLUSIVE, [])},
+                          {"−": (C.HOLDS, []), "+": (C.INCONCLUSIVE, [])})
+    word, why = C.step_robust(undecided)
+    assert word == C.INCONCLUSIVE and why == ("depends on the step: tuned steps: inconclusive; common step γ = 1: "
+                                              "inconclusive; neighbours −: holds; neighbours +: inconclusive")
+    nothing = C.AtSteps((C.INCONCLUSIVE, []), {"γ = 1": (C.INCONCLUSIVE, [])}, {"−": (C.INCONCLUSIVE, [])})
+    assert C.step_robust(nothing) == (C.INCONCLUSIVE, "")
 
 
 def test_a_verdict_within_two_half_widths_needs_ten_seeds():
