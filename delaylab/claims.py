@@ -310,7 +310,8 @@ def step_settings(brackets: dict, *, common: bool = True, along: bool = False) -
     also "along γ = g" for every step all brackets evaluated within the cells' neighbours' span
     (descriptive readings along the step range, not part of the verdict)."""
     out = {"tuned": {k: b.best for k, b in brackets.items()}}
-    scores = {k: dict(zip(b.steps, b.scores)) for k, b in brackets.items()}
+    # a screened step's score is its first tuning seed's alone: not comparable, so not a candidate
+    scores = {k: {g: v for g, v in zip(b.steps, b.scores) if g not in b.screened} for k, b in brackets.items()}
     shared = sorted(set.intersection(*(set(g for g, v in sc.items() if math.isfinite(v)) for sc in scores.values())))
     if common and shared:
         def excess(g):
@@ -504,8 +505,10 @@ def bracket(score: Callable[[float], float], grid: Sequence[float], *, max_exten
     step's first-seed score by more than ``screen`` × its magnitude is not scored on the other
     seeds (successive halving's first rung, where the gap is far beyond the seeds' noise). Such a
     step is never the best nor tied; it counts as worse than the best, so it bounds a bracket like
-    any other; ``Bracket.screened`` lists it, with its first-seed score. The first steps, before
-    any step is fully scored, are scored in full."""
+    any other; ``Bracket.screened`` lists it, with its first-seed score. Whenever the best
+    changes, a screened step within the screen of the new best's first seed is scored in full
+    after all. Nothing is screened until a step is fully scored and finite (nor against a best
+    whose first seed scores 0)."""
     g = sorted(float(s) for s in grid)
     if len(g) < 2 or g[0] <= 0 or len(set(g)) != len(g):
         raise ValueError(f"bracket needs at least 2 distinct positive steps; got {list(grid)!r}")
@@ -532,13 +535,17 @@ def bracket(score: Callable[[float], float], grid: Sequence[float], *, max_exten
     def best_of(steps):
         return min((s for s in steps if s not in screened), key=lambda s: (seen[s], s))
 
+    def far(f: float, b: float) -> bool:
+        """Whether first-seed score ``f`` is beyond the screen of the (fully scored) step ``b``."""
+        ref = firsts[b]
+        return math.isfinite(seen[b]) and math.isfinite(ref) and ref != 0 and f > ref + screen * abs(ref)
+
     def at(s: float) -> float:
         if s in seen:
             return seen[s]
         if screen > 0 and len(screened) < len(seen):
-            ref = firsts[best_of(seen)]
             f = firsts[s] = finite_or_inf(first(s))
-            if math.isfinite(ref) and f > ref + screen * abs(ref):
+            if far(f, best_of(seen)):
                 screened.add(s)
                 seen[s] = f
                 return f
@@ -547,10 +554,22 @@ def bracket(score: Callable[[float], float], grid: Sequence[float], *, max_exten
             firsts[s] = finite_or_inf(first(s))
         return seen[s]
 
+    def recheck() -> None:
+        """Score in full every screened step no longer beyond the screen of the best (the best
+        may have changed since it was screened), until none is."""
+        while True:
+            near = [s for s in sorted(screened) if not far(firsts[s], best_of(seen))]
+            if not near:
+                return
+            for s in near:
+                screened.discard(s)
+                seen[s] = finite_or_inf(score(s))
+
     for s in g:
         at(s)
     added = {"lower": 0, "upper": 0}
     while True:
+        recheck()
         steps = sorted(seen)
         best = best_of(steps)
         tied = [s for s in steps if s not in screened and seen[s] <= seen[best] + tie * abs(seen[best])]
@@ -566,6 +585,7 @@ def bracket(score: Callable[[float], float], grid: Sequence[float], *, max_exten
                 i = steps.index(best)
                 for nb in (steps[i - 1], steps[i + 1]):
                     at(math.sqrt(best * nb))
+                recheck()
                 best = best_of(seen)
             steps = sorted(seen)
             return Bracket(tuple(steps), tuple(seen[s] for s in steps), best, True, "", sum(added.values()),

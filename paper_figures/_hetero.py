@@ -68,10 +68,8 @@ class Preset:
 PRESETS = {
     "quick": Preset("quick", train=8000, test=2000, pool=2, hidden=64, batch=32, seeds=5, events=3000, horizon=250.0,
                     probes=128, logs=40, cnn_ratios=(1, 4, 16)),
-    # full: tuning screened at 25% (claims.bracket's screen), which picked the quick preset's step in
-    # every one of hetero-frontier's 30 cells (benchmarks/RESULTS.md)
     "full": Preset("full", train=16000, test=5000, pool=1, hidden=128, batch=32, seeds=5, events=8000, horizon=600.0,
-                   probes=256, logs=60, screen=0.25),
+                   probes=256, logs=60),
 }
 
 

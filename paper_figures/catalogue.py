@@ -231,7 +231,7 @@ def verdict(claim_id: str, parts: Sequence[tuple], *, margin: float = 0.0,
         word, reason = C.step_robust(at, seeds=seeds, common=c.common_step)
         words = {k: v for k, (v, _) in at.readings().items() if k != "tuned steps"}
         readings = at.readings()
-        if reason.startswith("depends on the step") and not exact:
+        if reason.startswith("depends on the step") and not exact and tuned[0] != C.INCONCLUSIVE:
             given = {f"common step {k}": p for k, p in common.items()}
             given.update({f"neighbours {k}": p for k, p in steps.get("neighbours", {}).items()})
             single = _single_seeds(c, tuned[0], {k: given[k] for k, w in words.items() if w != tuned[0]},

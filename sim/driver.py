@@ -110,7 +110,8 @@ class Probe:
     whole, their time measured, and so do runs whose rest would execute in under ``short``
     seconds (their rest in one call). A real run (:func:`sim.real.run`) inside the block is cut
     too: :func:`real_cut` says how many results it applies, :func:`real_predict` how long the
-    whole run would take.
+    whole run would take. Its ``log_every`` stays the full run's (so that the pace includes the
+    snapshots' cost), so a cut run holds only a few snapshots.
 
     Attributes (totals over the runs driven while active):
       runs: runs (or sweeps) driven; cut: of those, how many were stopped early.
@@ -163,7 +164,7 @@ def real_predict(probe: Probe, *, seconds: float, served: np.ndarray, num_events
     probe.runs += 1
     probe.spent += seconds
     rest = int(num_events) - m
-    if rest <= 0:
+    if rest <= 0 or m == 0:  # whole (or ended before any result: every worker died)
         probe.predicted += seconds
         return
     k0 = min(int(num_workers), m - 1)

@@ -323,6 +323,34 @@ def test_bracket_screens_far_worse_steps_on_the_first_seed_and_picks_the_same_st
         V.bracket(mean, grid, first=first, screen=0.02, tie=0.02)
 
 
+def test_a_screened_step_is_scored_in_full_once_the_best_moves_within_its_reach():
+    """Steps in the order the bracket meets them (first seed, mean): 0.1 (1.0, 2.0) is the best
+    at first, so 0.2 (1.3) is screened, 25% being 1.25; 0.4 (1.2, 1.5) and then 0.8 (1.44, 1.0)
+    take over, and within 25% of 0.8's first seed 0.2 is scored in full (1.1) after all; 1.6
+    (3.0) is screened for good. And nothing is screened while every fully scored step diverged:
+    the bracket walks down as the full one does."""
+    table = {0.1: (1.0, 2.0), 0.2: (1.3, 1.1), 0.4: (1.2, 1.5), 0.8: (1.44, 1.0), 1.6: (3.0, 4.0)}
+    full_runs = []
+
+    def mean(g):
+        full_runs.append(g)
+        return table[round(g, 6)][1]
+
+    b = V.bracket(mean, [0.1, 0.2, 0.4, 0.8], first=lambda g: table[round(g, 6)][0], screen=0.25, max_extend=1)
+    assert b.best == 0.8 and b.interior and b.screened == (1.6,)
+    assert b.scores[b.steps.index(0.2)] == 1.1 and sorted(full_runs) == [0.1, 0.2, 0.4, 0.8]
+
+    def diverging(g):  # the mean diverges above 0.02 (one seed does), the first seed never does
+        return math.inf if g > 0.02 else (np.log(g) - np.log(0.01)) ** 2 + 1.0
+
+    def first_seed(g):  # worse and worse downward: against a diverged best it would screen every step down
+        return 1.0 + 0.05 / g
+
+    full = V.bracket(diverging, [0.1, 0.3, 1.0], max_extend=8)
+    screened = V.bracket(diverging, [0.1, 0.3, 1.0], max_extend=8, first=first_seed, screen=0.25)
+    assert screened.best == full.best and screened.interior and full.interior
+
+
 @pytest.mark.parametrize("bad", [[0.1], [0.1, 0.1], [-0.1, 0.2], [0.0, 1.0]])
 def test_bracket_refuses_a_grid_it_cannot_extend(bad):
     with pytest.raises(ValueError, match="at least 2 distinct positive steps"):

@@ -123,9 +123,12 @@ def test_real_runs_replay_exactly_end_when_every_worker_dies_and_draw_the_wallcl
 
     # on the same Ray instance (a test of its own would start Ray again on another xdist worker): a
     # run ends cleanly when every worker dies, with what it had: jobs 0-2 of worker 0, 0-3 of worker 1
+    # (under a calibration, which counts it whole: it ended on its own, before its cut)
     problem = sim.problems.random_quadratic(2, 3, seed=1, dtype=np.float32)
-    res = real.run(algos.asgd(stepsize=0.05), problem, num_events=100, key=jax.random.key(0),
-                   slowdown=real.Slowdown(deaths=((0, 3), (1, 4))))
+    with driver.probing() as probe:
+        res = real.run(algos.asgd(stepsize=0.05), problem, num_events=100, key=jax.random.key(0),
+                       slowdown=real.Slowdown(deaths=((0, 3), (1, 4))))
+    assert probe.runs == 1 and probe.cut == 0 and probe.predicted == probe.spent
     assert sorted(w for w, _ in res.dead) == [0, 1]
     assert res.num_events == 7
     _, rep = _replay(algos.asgd(stepsize=0.05), problem, res, tmp_path)
