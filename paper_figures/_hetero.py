@@ -327,7 +327,7 @@ class Cell:
             return v if math.isfinite(v) else math.inf
 
         return claims.bracket(mean_score, scheme.grid, max_extend=self.p.max_extend, tie=self.p.tie,
-                              refine=self.p.refine, screen=self.p.screen,
+                              refine=self.p.refine, screen=getattr(self.p, "screen", 0.0),  # other labs' presets: none
                               first=lambda g: score(self.run(g, tune[0], True)))
 
     def report(self, g: float, seeds: Optional[int] = None) -> list:
