@@ -80,8 +80,8 @@ def _canonical(obj):
 
 
 class Parts:
-    """A figure run's finished parts. ``directory=None``: nothing is stored or reused (each part is
-    computed). ``out_dir``: the figure's output folder, for the few figures that write a file of
+    """A figure run's finished parts. ``directory=None``: nothing is stored on disk (a part asked
+    for again in the same run is taken from memory). ``out_dir``: the figure's output folder, for the few figures that write a file of
     their own besides the standard four (None: write none).
 
     A part is stored, when it finishes, under ``<out>/.parts/<figure>_<preset>/`` with a key: a
@@ -98,7 +98,7 @@ class Parts:
         self.directory, self.code, self.conv, self.label, self.quiet = directory, code, conv, label, quiet
         self.out_dir, self.store_parts = out_dir, store_parts
         self.first: dict = {}  # part name -> "computed" or "reused": how this run first had it
-        self._memo: dict = {}  # read-only runs: name -> (key, part) computed in this process
+        self._memo: dict = {}  # runs that store nothing: name -> (key, part) computed in this process
         self.started = time.monotonic()
         self.plan = _read_estimate(directory)  # a calibration's count of parts and predicted seconds, if any
         if not store_parts:  # read-only (a calibration): stored parts are reused, nothing is written or removed
@@ -141,7 +141,7 @@ class Parts:
         if path is not None and self.store_parts:
             os.makedirs(self.directory, exist_ok=True)
             save_data(path, part, key=key, convolution=str(self.conv))
-        elif not self.store_parts:
+        else:  # nowhere to store it (or a calibration): kept in memory, so a part asked for again is not recomputed
             self._memo[name] = (key, part)
         self.first.setdefault(name, "computed")
         if self.plan is not None and self.store_parts:
