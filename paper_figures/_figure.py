@@ -81,8 +81,8 @@ def _canonical(obj):
 
 class Parts:
     """A figure run's finished parts. ``directory=None``: nothing is stored on disk (a part asked
-    for again in the same run is taken from memory). ``out_dir``: the figure's output folder, for the few figures that write a file of
-    their own besides the standard four (None: write none).
+    for again in the same run is taken from memory). ``out_dir``: the figure's output folder, for
+    the few figures that write a file of their own besides the standard four (None: write none).
 
     A part is stored, when it finishes, under ``<out>/.parts/<figure>_<preset>/`` with a key: a
     hash of the figure's code (every ``.py`` under ``algos/``, ``sim/``, ``theory/`` and

@@ -541,7 +541,7 @@ def run(alg: Algorithm, problem, *, num_events: int, key, hparams: Optional[dict
     times = np.asarray([t for t, _ in snaps])
     snap_params = jax.tree.map(lambda *a: np.stack(a), *[p for _, p in snaps])
     if probe is not None:  # a run that ended on its own (every worker dead) is whole, not cut
-        whole = applied >= num_events or (not by_round and not pending)
+        whole = applied >= num_events or len({w for w, _ in dead}) == n
         driver.real_predict(probe, seconds=time.perf_counter() - called, served=trace["served"],
                             num_events=applied if whole else num_events, num_workers=n)
     return RealResult(params=params, state=state, trace=trace, dead=dead, snapshot_time=times,
