@@ -217,7 +217,7 @@ def decisive_t(n: int, level: float) -> float:
     """How many standard errors from its bound a comparison's mean over ``n`` seeds must lie for
     a word decided by an interval at ``level`` not to be :func:`marginal`: two half-widths, 2 ·
     t_{(1 + level)/2, n − 1}. With few seeds and a corrected level this is large (3 seeds, a
-    level of 1 − 0.05/48: about 140), which is what makes a failure out of reach there."""
+    level of 1 − 0.05/48: about 62), which is what makes a failure out of reach there."""
     if n < 2:
         return math.inf
     return 2.0 * _t_quantile(0.5 + level / 2, n - 1)

@@ -319,7 +319,8 @@ def resolution(b: dict) -> str:
            f"({(s2 - s1) / abs(s1):.2%} apart")
     if "seed_scores" in b:
         d = np.asarray(b["seed_scores"][j], np.float64) - np.asarray(b["seed_scores"][i], np.float64)
-        out += f"; per tuning seed {claims.paired_interval(d)} over {d.size} seeds"
+        iv = claims.paired_interval(d)
+        out += f"; per tuning seed {iv} over {d.size} seeds" + (", which do not order the two" if iv.lo <= 0 else "")
     if "tie" in b:
         out += f"; scores within {b['tie']:.0%} of the best count as tied, and no tied step may sit at an edge"
     return out + ")"

@@ -250,7 +250,8 @@ def _seeding(data: dict) -> str:
     """What the seeds resample, in words, for the run behind ``data``."""
     if not data.get("resample", False):
         return _SHARED
-    return _RESAMPLED + (", each from its own stream" if "sources" in data else f"; {_PAIRED}")
+    return _RESAMPLED + (", the minibatches and probes from one stream and every other source from its own"
+                         if "sources" in data else f"; {_PAIRED}")
 
 
 def _slack(p) -> float:
@@ -343,6 +344,14 @@ def still_falling(data: dict, label: str) -> Optional[tuple]:
               for t, curve in enumerate(np.asarray(run["loss"], np.float64).mean(axis=1))}  # [τ, logs], mean over seeds
     got = claims.still_falling(data["round"], curves)
     return None if got is None else (got[0],) + got[1]
+
+
+def _fall_shares(data: dict, label: str) -> list:
+    """Every mean training-loss curve's fall over the last fifth, as a share of its whole fall
+    (:func:`delaylab.claims.fall_share`; curves that did not fall left out), in η set ``label``."""
+    out = [claims.fall_share(data["round"], curve) for run in _runs(data, label).values()
+           for curve in np.asarray(run["loss"], np.float64).mean(axis=1)]
+    return [f for f in out if np.isfinite(f)]
 
 
 def _runs(data: dict, label: str) -> dict:
@@ -522,7 +531,8 @@ def _judge(data: dict, label: str, lines: list) -> list:
             lines.append(f"- {text}: not judged: under {semantics} failures "
                          + ", ".join(f"{m}'s runs are {a}'s" for m, a in alias.items())
                          + " (delaylab.deahes.same_runs), so "
-                         + ("the comparison is 0 by construction." if zero else
+                         + (f"its comparison with {', '.join(a for a in alias.values() if a in needs)} is 0 by "
+                            "construction, and its others are that method's." if zero else
                             "this reading adds no measurement of its own (its comparisons are that method's)."))
             return
         per = {(P, t): comparisons(seeds, loss, P, t) for P, t in configs}
@@ -558,7 +568,8 @@ def _judge(data: dict, label: str, lines: list) -> list:
                          f"{claims.decisive_t(n, p0.level):.1f} standard errors from its bound to hold, and "
                          f"{claims.decisive_t(n, p0.corrected_level):.0f} at the level corrected over the claim's "
                          f"{len(v.parts)} comparisons not to hold"
-                         + (f"; the farthest of its comparisons here lies {max(se):.1f} standard errors from it" if se
+                         + (f"; at these steps the farthest of its comparisons lies {max(se):.1f} standard errors "
+                            "from it" if se
                             else "") + "; from 10 seeds on the two-half-width rule no longer applies)")
         for (P, t), ps in got.items():
             lines.append(f"    P = {P}, τ = {data['periods'][t]}: " + _shown(ps))
@@ -584,8 +595,11 @@ def _judge(data: dict, label: str, lines: list) -> list:
     falling_why = "" if falling is None else claims.still_falling_reason(
         f"{falling[1]} at P = {falling[2]}, τ = {falling[3]}", falling[0])
     if falling is not None:
-        lines.append(falling_why[:1].upper() + falling_why[1:] + ": every verdict below is inconclusive whatever "
-                     "its word.")
+        shares = _fall_shares(data, label)
+        every = (f" (every one of the {len(shares)} mean curves still fell by at least {min(shares):.1%}: at this "
+                 "preset's length no claim can be judged)" if shares and min(shares) > claims.FLAT else "")
+        lines.append(falling_why[:1].upper() + falling_why[1:] + every + ": every verdict below is inconclusive "
+                     "whatever its word.")
     lines.append(f"The paper's claims at {_eta_words(data, label)}, judged by the final training loss: paired "
                  f"differences over the {data['seeds']} seeds (a seed gives every method the same initial model, "
                  "minibatch and probe keys and failure draws, and the methods on disjoint and on overlapping shards "

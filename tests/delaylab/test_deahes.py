@@ -113,7 +113,9 @@ def test_resolution_says_the_best_and_second_best_scores():
     # sd 0.1, half-width t(0.975, 2) · 0.1 / √3 = 4.3027 · 0.057735 = 0.2484
     b["seed_scores"] = [[1.5] * 3, [1.1, 1.2, 1.3], [2.0] * 3, [1.26, 1.26, 1.26]]
     assert deahes.resolution(b) == ("best η 0.1 scores 1.2000, the second best, η 0.055, 1.2600 (5.00% apart; "
-                                    "per tuning seed +0.0600 ± 0.2484 over 3 seeds)")
+                                    "per tuning seed +0.0600 ± 0.2484 over 3 seeds, which do not order the two)")
+    b["seed_scores"][1] = [1.19, 1.2, 1.21]  # differences 0.07, 0.06, 0.05: half-width 0.0248, above 0
+    assert deahes.resolution(b).endswith("per tuning seed +0.0600 ± 0.0248 over 3 seeds)")
 
 
 def test_readings_tune_on_tuning_seeds_and_calibrate_a0_there(monkeypatch):
