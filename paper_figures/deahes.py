@@ -276,14 +276,24 @@ def _shown(ps) -> str:
                                                             if p.verdict == FAILS else "") for p in bad)
 
 
+def _decisive_failure(parts):
+    """Of the comparisons that do not hold, the one farthest past its bound, in half-widths of its
+    corrected interval (the one that decides "does not hold" most clearly)."""
+    def past(p) -> float:
+        gap = abs(p.interval.mean) - p.margin if p.kind == "equal" else abs(p.interval.mean - p.margin)
+        return gap / p.corrected.half if p.corrected.half > 0 else float("inf")
+
+    return max((p for p in parts if p.verdict == FAILS), key=past)
+
+
 def _deciding(v, where: dict) -> tuple:
     """(setting, words) of the comparison that decides verdict ``v``: the nearest to failing when
-    it holds, the first that does not hold, else the first undecided."""
+    it holds, the one farthest past its bound when it does not hold, else the first undecided."""
     if all(p.verdict == HOLDS for p in v.parts):  # it holds, or a step it compares sits at a grid's edge
         p = max(v.parts, key=_slack)
         return where[id(p)], f"nearest to failing: {p.name} {p.interval}"
     if v.verdict == FAILS:
-        p = next(p for p in v.parts if p.verdict == FAILS)
+        p = _decisive_failure(v.parts)
         return where[id(p)], f"{p.name} {p.interval} (corrected {p.corrected})"
     p = next(p for p in v.parts if p.verdict != HOLDS)
     return where[id(p)], f"e.g. {p.name} {p.interval}"
@@ -474,7 +484,7 @@ def _reading(label: str, word: str, parts: list) -> str:
         p = max(parts, key=_slack)
         ev = f"nearest to failing: {p.name} {p.interval}"
     elif word == FAILS:
-        p = next(p for p in parts if p.verdict == FAILS)
+        p = _decisive_failure(parts)
         ev = f"{p.name} {p.interval} (corrected {p.corrected})"
     else:
         p = next(p for p in parts if p.verdict != HOLDS)
