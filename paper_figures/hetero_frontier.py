@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from delaylab import algos, claims
+from delaylab import algos, claims, theory
 from delaylab.paper_figures import _hetero as lab
 from delaylab.paper_figures import catalogue
 from delaylab.paper_figures._figure import Figure
@@ -330,7 +330,7 @@ def claims_of(d: dict) -> list:
         elif nm == "Rescaled ASGD" and claim_id == "heterogeneity-costs-accuracy":
             lo, hi = levels
             b_hi = _bracket(d, hi, nm)
-            r = lab.spread_taus(hi) / _harmonic(lab.spread_taus(hi))
+            r = theory.rescaled_stepsizes(1.0, lab.spread_taus(hi))  # γ_i / γ = τ_i / τ_H
             why = (f"shaped by the set-up: Rescaled scales the slow workers' steps up with τ_i (at h = {hi:g} its "
                    f"step per update runs from γ·{r.min():.2g} to γ·{r.max():.3g}, {b_hi.best * r.min():.2g} to "
                    f"{b_hi.best * r.max():.2g} at the tuned γ, and the budget is "
@@ -347,10 +347,6 @@ def claims_of(d: dict) -> list:
         out.append({"scheme": nm, "claim": words, "verdict": v, "seeds": c["seeds"], "settings": c["settings"],
                     "why": why, "levels": levels})
     return out
-
-
-def _harmonic(t: np.ndarray) -> float:
-    return float(len(t) / np.sum(1.0 / t))
 
 
 def _tied(b: claims.Bracket, tie: float) -> list:
