@@ -15,10 +15,14 @@ STAMP := $(VENV)/.installed
 # that nothing here imports (RLlib, Data, Train, Tune, Serve, LLM), pip and setuptools, a third of
 # the files, which saves a third of the time; a module left out still compiles on import.
 NOT_IMPORTED := '/(tests?|ray/(rllib|data|train|tune|llm|serve)|pip|setuptools|_distutils_hack)/'
+#
+# Installed by uv (from PyPI, into .venv, by the venv's own pip) where it installs: it resolves the
+# same versions as pip from PyPI and installs them in a third of the time (benchmarks/RESULTS.md,
+# "The trims"); where uv cannot be had, pip does the same install.
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --no-compile -e ".[test]"
+	{ $(BIN)/python -m pip install --quiet uv && $(BIN)/uv pip install --quiet --python $(BIN)/python -e ".[test]"; } \
+	  || $(BIN)/python -m pip install --quiet --no-compile -e ".[test]"
 	$(BIN)/python -m compileall -q -j 0 -x $(NOT_IMPORTED) $$($(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])") > /dev/null \
 	  || echo "warning: some installed files did not byte-compile (they compile on import, if at all)" >&2
 	touch $(STAMP)
