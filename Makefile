@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test native bench accelerator-check bench-workers bench-workers-current torch torch-current data clean
 
 # Byte-compiled on every core after the install (compileall -j 0) rather than by pip, which
-# compiles one file at a time (faster; timings in benchmarks/RESULTS.md, "The trims").
+# compiles one file at a time (faster; timings in benchmarks/RESULTS.md, "The test suite's time").
 # Compiled it must be: where PYTHONDONTWRITEBYTECODE is set (as on this project's machines) no
 # import writes a .pyc, so every process the suite starts (Ray's daemons and actors, the CLI and
 # 8-device subprocesses, notebook kernels) compiles its imports again, which roughly doubles
@@ -18,7 +18,7 @@ NOT_IMPORTED := '/(tests?|ray/(rllib|data|train|tune|llm|serve)|pip|setuptools|_
 #
 # Installed by uv (from PyPI, into .venv, by the venv's own pip) where it installs: it resolves the
 # same versions as pip from PyPI and installs them in a third of the time (benchmarks/RESULTS.md,
-# "The trims"); where uv cannot be had, pip does the same install.
+# "The test suite's time"); where uv cannot be had, pip does the same install.
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	{ $(BIN)/python -m pip install --quiet uv && $(BIN)/uv pip install --quiet --python $(BIN)/python -e ".[test]"; } \
