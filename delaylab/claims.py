@@ -444,6 +444,11 @@ class Bracket:
     extended: int  # steps added beyond the starting grid
     screened: tuple = ()  # steps scored on the first tuning seed alone (worse by the screen: bracket)
 
+    def tied(self, tie: float) -> list:
+        """The steps (unscreened) whose tuning scores are within ``tie`` × |best's score| of the best's:
+        the test :func:`bracket` applies at the grid's edges."""
+        return _tied(self.steps, self.scores, self.screened, self.best, tie)
+
     def neighbours(self) -> tuple:
         """(lower, upper): the evaluated steps next to the best (after refinement, the refined
         grid's), None past an edge."""
@@ -572,7 +577,7 @@ def bracket(score: Callable[[float], float], grid: Sequence[float], *, max_exten
         recheck()
         steps = sorted(seen)
         best = best_of(steps)
-        tied = [s for s in steps if s not in screened and seen[s] <= seen[best] + tie * abs(seen[best])]
+        tied = _tied(steps, [seen[s] for s in steps], screened, best, tie)
         if math.isinf(seen[best]):  # everything diverged so far: only smaller steps can help
             edge = "lower"
         elif steps[0] in tied and len(steps) > 1:
@@ -595,6 +600,13 @@ def bracket(score: Callable[[float], float], grid: Sequence[float], *, max_exten
                            tuple(sorted(screened)))
         at(steps[0] / r if edge == "lower" else steps[-1] * r)
         added[edge] += 1
+
+
+def _tied(steps, scores, screened, best, tie: float) -> list:
+    """The steps of ``steps`` (scores ``scores``), screened ones left out, within ``tie`` × |best's
+    score| of the best step's score."""
+    ref = scores[list(steps).index(best)]
+    return [g for g, sc in zip(steps, scores) if g not in screened and sc <= ref + tie * abs(ref)]
 
 
 def gated(verdict: str, brackets: Sequence[Bracket]) -> tuple[str, str]:

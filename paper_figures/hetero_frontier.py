@@ -349,14 +349,8 @@ def claims_of(d: dict) -> list:
     return out
 
 
-def _tied(b: claims.Bracket, tie: float) -> list:
-    """The steps whose tuning scores are within ``tie`` (relative) of the best's."""
-    best = b.scores[b.steps.index(b.best)]
-    return [g for g, sc in zip(b.steps, b.scores) if g not in b.screened and sc <= best + tie * abs(best)]
-
-
 def _tied_range(b: claims.Bracket, tie: float) -> str:
-    t = _tied(b, tie)
+    t = b.tied(tie)
     return f"{min(t):.3g} alone" if len(t) == 1 else f"{min(t):.3g} to {max(t):.3g}"
 
 
@@ -369,7 +363,7 @@ def resolution_lines(d: dict) -> list:
     loose = []
     for (h, nm) in d["cells"]:
         b = _bracket(d, h, nm)
-        t = _tied(b, tie)
+        t = b.tied(tie)
         if b.interior and (b.extended >= limit or max(t) > 2 * min(t)):
             loose.append(f"{nm} at h = {h:g}: {b.best:.3g}, tied {_tied_range(b, tie)}"
                          + (f", interior after {b.extended} extension(s), the limit" if b.extended >= limit else ""))

@@ -253,6 +253,8 @@ def test_bracket_extends_past_an_edge_step_tied_with_the_best():
     assert b.interior and b.best == 0.2 and b.extended == 0
     b = V.bracket(lambda g: table[round(g, 6)], [0.1, 0.2, 0.4], tie=0.02)
     assert b.interior and b.best == 0.2 and b.extended == 1 and b.steps[0] == pytest.approx(0.05)
+    # the tied steps it reports: 0.1 is within 2% of 0.99 (1.0 ≤ 1.0098), not within 1%
+    assert b.tied(0.02) == [0.1, 0.2] and b.tied(0.01) == [0.2] and b.tied(0.5) == [0.05, 0.1, 0.2, 0.4]
     flat = V.bracket(lambda g: 1.0 - 0.001 * (g == 0.2), [0.1, 0.2, 0.4], tie=0.02, max_extend=2)
     assert not flat.interior and flat.edge == "lower" and flat.extended == 2
     with pytest.raises(ValueError, match="tie"):
