@@ -57,6 +57,11 @@ def _parser() -> argparse.ArgumentParser:
     f.add_argument("--redraw", metavar="NPZ", default=None,
                    help="redraw the figure, CSV and findings text from the .npz an earlier run wrote, "
                         "without computing")
+    f.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="compute with N cooperating processes (default 1): N - 1 helpers take the figure's "
+                        "units of work (methods, settings, cells) from other starting points and share the parts "
+                        "through --out; the output is the same as with one process. One per core: each runs "
+                        "mostly on one")
     f.add_argument("--estimate", action="store_true",
                    help="predict the preset's wall time on this machine from a calibration (each run's "
                         "compilation, and a long run's first segments; parts a stopped run left in --out are reused) and "
@@ -193,9 +198,9 @@ def _figure(args) -> int:
             print("delaylab figure: --redraw computes nothing, so there is nothing to --estimate; drop one",
                   file=sys.stderr)
             return 2
-        if args.quick or args.preset is not None:
-            print("delaylab figure: --redraw takes the preset from the .npz it reads; drop --quick/--preset",
-                  file=sys.stderr)
+        if args.quick or args.preset is not None or args.jobs != 1:
+            print("delaylab figure: --redraw takes the preset from the .npz it reads and computes nothing; "
+                  "drop --quick/--preset/--jobs", file=sys.stderr)
             return 2
         if not os.path.isfile(args.redraw):
             print(f"delaylab figure: --redraw {args.redraw!r}: no such file (expected the .npz an earlier "
@@ -217,10 +222,21 @@ def _figure(args) -> int:
     except ValueError as err:
         print(f"delaylab figure: {err}", file=sys.stderr)
         return 2
+    if args.jobs < 1:
+        print(f"delaylab figure: --jobs must be at least 1; got {args.jobs}", file=sys.stderr)
+        return 2
+    if args.jobs > 1 and not fig.units:
+        print(f"delaylab figure: {args.name} computes its parts in one sequence, so --jobs would not make it "
+              "faster (a helper would only wait); drop --jobs", file=sys.stderr)
+        return 2
     if args.estimate:
+        if args.jobs != 1:
+            print("delaylab figure: --estimate calibrates one process; drop --jobs (with N processes on N "
+                  "cores a preset whose units are many and alike takes about 1/N of the estimate)", file=sys.stderr)
+            return 2
         return _estimate(fig, preset, out)
     try:
-        path = fig.write(out, preset=preset)
+        path = fig.write(out, preset=preset, jobs=args.jobs, plugins=args.plugin or ())
     except paper_figures.MixedConvolution as err:
         print(f"delaylab figure: {err}", file=sys.stderr)
         return 2

@@ -24,7 +24,7 @@ import os
 import shutil
 import sys
 import time
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -94,15 +94,18 @@ class Parts:
     temporary name and renamed, so a stopped run never leaves a half-written part."""
 
     def __init__(self, directory: Optional[str], *, code: str, conv: Optional[str], label: str, quiet: bool = False,
-                 out_dir: Optional[str] = None, store_parts: bool = True):
+                 out_dir: Optional[str] = None, store_parts: bool = True, jobs: int = 1, rank: int = 0):
         self.directory, self.code, self.conv, self.label, self.quiet = directory, code, conv, label, quiet
         self.out_dir, self.store_parts = out_dir, store_parts
+        self.jobs, self.rank = int(jobs), int(rank)  # cooperating processes (see :meth:`order`); 0 is the main one
+        self.parent = os.getppid()  # a helper stops when the process that started it is gone
         self.first: dict = {}  # part name -> "computed" or "reused": how this run first had it
         self._memo: dict = {}  # runs that store nothing: name -> (key, part) computed in this process
         self.started = time.monotonic()
+        self.stored_at_start = self._stored()
         self.plan = _read_estimate(directory)  # a calibration's count of parts and predicted seconds, if any
-        if not store_parts:  # read-only (a calibration): stored parts are reused, nothing is written or removed
-            return
+        if not store_parts or self.rank > 0:  # a calibration (reads, writes nothing) or a helper (the main
+            return  # process has cleaned the folder before starting it, and others write into it now)
         stale = store.remove_stale_temporaries(directory) if directory is not None else []
         if stale:
             self.say(f"removed {len(stale)} temporary file(s) a stopped run left in {directory} (a part is "
@@ -115,38 +118,105 @@ class Parts:
         if not self.quiet:
             print(f"  {self.label}: {msg}", flush=True)
 
+    def order(self, units: Sequence) -> list:
+        """A figure's independent units of work (methods, settings, cells), in the order this
+        process takes them: as given in the main process, rotated to start ``rank/jobs`` of the way
+        along in a helper. Cooperating processes (``delaylab figure --jobs N``) run the same
+        ``compute``, so they ask for the same parts; a part one of them is computing is claimed
+        (:meth:`get`), and the others wait for it, so they work in parallel only where they start
+        on different units. The main process's data are the same whatever the order the others
+        took: a part's numbers depend only on its code and inputs."""
+        units = list(units)
+        if self.jobs <= 1 or not units:
+            return units
+        k = self.rank * len(units) // self.jobs
+        return units[k:] + units[:k]
+
     def get(self, name: str, inputs: Mapping, compute: Callable[[], Mapping]) -> tuple[dict, bool]:
         """The part ``name``: reused from the directory when stored there with the same code,
         inputs and convolution, else ``compute()`` (a dict: arrays, numbers, strings, nested dicts
         and lists of them), timed (``"seconds"`` is added) and stored. Returns the part and
-        whether it was reused."""
+        whether it was reused.
+
+        With cooperating processes a part is claimed before it is computed (``<name>.claim``,
+        created exclusively, holding the process id): a process that finds the claim of a live
+        process waits for the part to appear, and takes the claim over when its holder is gone."""
         key = json.dumps({"code": self.code, "inputs": _canonical(inputs)}, sort_keys=True)
         if name in self._memo and self._memo[name][0] == key:  # asked again, nothing stored to read it from
             return self._memo[name][1], True
         path = None if self.directory is None else os.path.join(self.directory, f"{name}.npz")
-        if path is not None and os.path.exists(path):
-            with np.load(path, allow_pickle=False) as z:
-                stored_key, conv = str(z["key"]), str(z["convolution"])
-            if stored_key == key and conv != str(self.conv):
-                raise MixedConvolution(
-                    f"{path} was computed with the {conv} convolution, this process runs {self.conv}; "
-                    "a figure's parts must come from one implementation. Rerun where the same one is "
-                    f"available (`make native` builds oneDNN's), or delete {self.directory} to start over.")
-            if stored_key == key:
+        stored = self._stored_part(path, key)
+        if stored is not None:
+            self.first.setdefault(name, "reused")
+            return stored, True
+        claim = path is not None and self.store_parts and self.jobs > 1
+        if claim:
+            stored = self._claim(path, key)
+            if stored is not None:  # another process computed it meanwhile
                 self.first.setdefault(name, "reused")
-                return load_data(path), True
-        t0 = time.perf_counter()
-        part = dict(compute())
-        part["seconds"] = time.perf_counter() - t0
-        if path is not None and self.store_parts:
-            os.makedirs(self.directory, exist_ok=True)
-            save_data(path, part, key=key, convolution=str(self.conv))
-        else:  # nowhere to store it (or a calibration): kept in memory, so a part asked for again is not recomputed
-            self._memo[name] = (key, part)
+                return stored, True
+        try:
+            t0 = time.perf_counter()
+            part = dict(compute())
+            part["seconds"] = time.perf_counter() - t0
+            if path is not None and self.store_parts:
+                os.makedirs(self.directory, exist_ok=True)
+                save_data(path, part, key=key, convolution=str(self.conv))
+            else:  # nowhere to store it (or a calibration): kept in memory, so a part asked for again is not recomputed
+                self._memo[name] = (key, part)
+        finally:
+            if claim:
+                _unlink(path + CLAIM)
         self.first.setdefault(name, "computed")
-        if self.plan is not None and self.store_parts:
+        if self.plan is not None and self.store_parts and self.rank == 0:
             self.say(self.eta())
         return part, False
+
+    def _stored_part(self, path: Optional[str], key: str) -> Optional[dict]:
+        """The part stored at ``path`` under ``key``, or None (none stored, or another key's)."""
+        if path is None or not os.path.exists(path):
+            return None
+        with np.load(path, allow_pickle=False) as z:
+            stored_key, conv = str(z["key"]), str(z["convolution"])
+        if stored_key == key and conv != str(self.conv):
+            raise MixedConvolution(
+                f"{path} was computed with the {conv} convolution, this process runs {self.conv}; "
+                "a figure's parts must come from one implementation. Rerun where the same one is "
+                f"available (`make native` builds oneDNN's), or delete {self.directory} to start over.")
+        return load_data(path) if stored_key == key else None
+
+    def _claim(self, path: str, key: str) -> Optional[dict]:
+        """Claim the part at ``path`` for this process (None once claimed), or return it when
+        another process stores it first; a claim whose holder is no longer running is taken over."""
+        os.makedirs(self.directory, exist_ok=True)
+        while True:
+            self._check_parent()
+            try:
+                fd = os.open(path + CLAIM, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                stored = self._stored_part(path, key)
+                if stored is not None:
+                    return stored
+                if not _holder_alive(path + CLAIM):
+                    _unlink(path + CLAIM)
+                    continue
+                time.sleep(CLAIM_POLL)
+                continue
+            with os.fdopen(fd, "w") as fh:
+                fh.write(str(os.getpid()))
+            # stored between our look and our claim (its holder saves, then lets go): no need to compute
+            stored = self._stored_part(path, key)
+            if stored is not None:
+                _unlink(path + CLAIM)
+            return stored
+
+    def _check_parent(self) -> None:
+        if self.rank > 0 and os.getppid() != self.parent:
+            raise SystemExit(f"{self.label} helper {self.rank}: the main process is gone; stopping")
+
+    def _stored(self) -> int:
+        d = self.directory
+        return 0 if d is None or not os.path.isdir(d) else sum(f.endswith(".npz") for f in os.listdir(d))
 
     @property
     def computed(self) -> int:
@@ -159,10 +229,16 @@ class Parts:
         return sum(v == "reused" for v in self.first.values())
 
     def eta(self) -> str:
-        """Parts done and (by the calibration's count) left, and the time left at this run's pace."""
-        done, total = self.computed + self.reused, int(self.plan["parts"])
+        """Parts done and (by the calibration's count) left, and the time left at this run's pace
+        (with cooperating processes, the parts all of them stored)."""
+        total = int(self.plan["parts"])
+        if self.jobs > 1:
+            done = self._stored()
+            pace = (time.monotonic() - self.started) / max(done - self.stored_at_start, 1)
+        else:
+            done = self.computed + self.reused
+            pace = (time.monotonic() - self.started) / max(self.computed, 1)
         left = max(total - done, 0)
-        pace = (time.monotonic() - self.started) / max(self.computed, 1)
         return (f"part {done} of about {total} ({self.reused} reused); about {format_seconds(left * pace)} left "
                 f"at {format_seconds(pace)} a part (the calibration predicted {format_seconds(self.plan['predicted'])} "
                 "in all)")
@@ -178,6 +254,37 @@ class Parts:
 
 
 ESTIMATE_FILE = "estimate.json"
+CLAIM = ".claim"  # beside a part being computed: the process id of the one computing it
+CLAIM_POLL = 0.2  # seconds between looks at a part another process is computing
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _holder_alive(claim: str) -> bool:
+    """Whether the process named in ``claim`` is running (a claim still being written counts as
+    held; one that has vanished, as not)."""
+    try:
+        with open(claim) as fh:
+            text = fh.read().strip()
+    except FileNotFoundError:
+        return False
+    if not text:  # being written, unless it has stayed empty for seconds (its writer died in between)
+        try:
+            return time.time() - os.path.getmtime(claim) < 10.0
+        except FileNotFoundError:
+            return False
+    try:
+        os.kill(int(text), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError):
+        return True
+    return True
 
 
 def _read_estimate(directory: Optional[str]) -> Optional[dict]:
@@ -269,6 +376,9 @@ class Figure:
       default_preset: what ``delaylab figure NAME`` runs without ``--preset``/``--quick``.
       convolution: whether the figure trains a CNN (its parts then record the convolution).
       save, load: how the data are stored (default: :func:`save_data`, :func:`load_data`).
+      units: what the figure's ``compute`` hands out by :meth:`Parts.order` ("methods",
+        "settings", ...), so that helper processes (``--jobs``) can take them; "" where it computes
+        its parts in one sequence (then ``--jobs`` is refused: a helper would only wait).
       verdicts: optional ``data -> [row]``, the figure's verdicts on the papers' claims, one row
         per claim judged (:meth:`paper_figures.catalogue.Verdict.row`: keys ``id`` and ``kind`` from
         the catalogue, ``claim``, ``verdict``, ``evidence``, ``conditions``), written to
@@ -290,6 +400,7 @@ class Figure:
     save: Callable[[str, dict], None] = save_data
     load: Callable[[str], dict] = load_data
     verdicts: Optional[Callable[[Mapping], list]] = None
+    units: str = ""
 
     def __post_init__(self):
         missing = [p for p in ("quick", self.default_preset) if p not in self.presets]
@@ -306,14 +417,50 @@ class Figure:
     def file_stem(self, data: Mapping) -> str:
         return self.stem(data) if callable(self.stem) else self.stem
 
-    def compute_data(self, preset: str, out_dir: Optional[str], *, quiet: bool = False) -> dict:
-        """Compute the data of ``preset``, its parts kept under ``out_dir/.parts`` until written."""
+    def compute_data(self, preset: str, out_dir: Optional[str], *, quiet: bool = False, jobs: int = 1,
+                     rank: int = 0, plugins: Sequence[str] = ()) -> dict:
+        """Compute the data of ``preset``, its parts kept under ``out_dir/.parts`` until written.
+
+        ``jobs`` > 1 (the main process, ``rank`` 0): ``jobs - 1`` helper processes are started on
+        the same preset and parts folder (each loads ``plugins`` first, as the main process did);
+        they compute parts the main process will ask for (:meth:`Parts.order`), write nothing else,
+        and are stopped once the main process has its data. A helper that fails leaves its parts
+        to the others, so the data are the same as with one process."""
         _, p = self.preset(preset)
+        jobs = int(jobs)
+        if jobs < 1:
+            raise ValueError(f"jobs must be at least 1; got {jobs}")
+        if jobs > 1 and not self.units:
+            raise ValueError(f"figure {self.name} computes its parts in one sequence: helpers would only wait")
+        if jobs > 1 and out_dir is None:
+            raise ValueError("cooperating processes share their parts through the output folder: give one")
         parts_dir = None if out_dir is None else os.path.join(out_dir, ".parts", f"{self.name}_{preset}")
         parts = Parts(parts_dir, code=code_hash(self.module), conv=convolution() if self.convolution else None,
-                      label=self.name, quiet=quiet, out_dir=out_dir)
-        data = self.compute(p, parts)
-        return data
+                      label=self.name, quiet=quiet, out_dir=out_dir, jobs=jobs, rank=rank)
+        helpers = self._start_helpers(preset, out_dir, parts_dir, jobs, plugins, quiet) if rank == 0 and jobs > 1 else []
+        try:
+            return self.compute(p, parts)
+        finally:
+            _stop_helpers(helpers, parts, quiet)
+
+    def _start_helpers(self, preset, out_dir, parts_dir, jobs, plugins, quiet) -> list:
+        import subprocess
+
+        import jax.numpy as jnp
+
+        os.makedirs(parts_dir, exist_ok=True)
+        x64 = jnp.asarray(1.0).dtype == jnp.float64  # the helpers compute in the main process's precision
+        helpers = []
+        for rank in range(1, jobs):
+            log = os.path.join(parts_dir, f"helper-{rank}.log")
+            args = [sys.executable, "-c", "from delaylab.paper_figures._figure import run_helper; run_helper()",
+                    self.compute.__module__, preset, out_dir, str(rank), str(jobs), "1" if x64 else "0", *plugins]
+            with open(log, "w") as fh:
+                helpers.append((rank, subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT), log))
+        if not quiet:
+            print(f"  {self.name}: {jobs - 1} helper process(es) started (their logs: {parts_dir}/helper-*.log)",
+                  flush=True)
+        return helpers
 
     def estimate(self, preset: str, out_dir: Optional[str], *, probe=None) -> dict:
         """Predict the wall time of computing ``preset`` on this machine from a calibration: the
@@ -350,12 +497,13 @@ class Figure:
         return out
 
     def write(self, out_dir: str, *, preset: Optional[str] = None, data: Optional[Mapping] = None,
-              quiet: bool = False) -> str:
-        """Compute ``preset`` (or, given ``data``, only redraw) and write the outputs; returns the PNG's path."""
+              quiet: bool = False, jobs: int = 1, plugins: Sequence[str] = ()) -> str:
+        """Compute ``preset`` (or, given ``data``, only redraw) and write the outputs; returns the
+        PNG's path. ``jobs``, ``plugins``: as :meth:`compute_data`."""
         fresh = data is None
         if fresh:
             preset, _ = self.preset(preset)
-            data = self.compute_data(preset, out_dir, quiet=quiet)
+            data = self.compute_data(preset, out_dir, quiet=quiet, jobs=jobs, plugins=plugins)
         stem = self.file_stem(data)
         os.makedirs(out_dir, exist_ok=True)
         if fresh:  # every number behind the figure, so that it can be redrawn without computing; the
@@ -385,6 +533,40 @@ class Figure:
 
 
 VERDICT_KEYS = ("id", "kind", "claim", "verdict", "evidence", "conditions")
+
+
+def _stop_helpers(helpers: list, parts: Parts, quiet: bool) -> None:
+    """Stop the helper processes (the main process has every part it needs, or has failed) and
+    say which of them had stopped on an error before."""
+    for rank, proc, log in helpers:
+        code = proc.poll()
+        if code is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except Exception:  # noqa: BLE001 - a helper that ignores SIGTERM is killed
+                proc.kill()
+                proc.wait()
+        elif code != 0 and not quiet:
+            print(f"  {parts.label}: helper {rank} had stopped with exit code {code} (its log: {log}); "
+                  "the other processes computed its parts", flush=True)
+
+
+def run_helper(argv: Optional[Sequence[str]] = None) -> None:
+    """A helper process of :meth:`Figure.compute_data` (started by it, not by hand): argv is the
+    figure's module, preset, output folder, rank, number of processes, whether to compute in
+    float64, and plugin paths."""
+    import importlib
+
+    import jax
+
+    module, preset, out_dir, rank, jobs, x64, *plugins = list(sys.argv[1:] if argv is None else argv)
+    from delaylab import plugins as plugin_loader
+
+    plugin_loader.load_all(plugins)  # and the installed ones, as the command line does
+    fig = importlib.import_module(module).FIGURE
+    with jax.enable_x64(x64 == "1"):
+        fig.compute_data(preset, out_dir, quiet=True, jobs=int(jobs), rank=int(rank))
 
 
 def progress(label: str):

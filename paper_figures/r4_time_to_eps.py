@@ -321,7 +321,8 @@ def compute(preset: Preset, parts: Parts, progress: bool = True) -> dict:
       theory's own shape for the ratio (the two upper bounds with constants 1) beside it, as a shape."""
     out = {"preset": preset.name, "settings": {}, "config": dataclasses.asdict(preset)}
     todo = _settings(preset)
-    for i, key in enumerate(todo):
+    for key in parts.order(todo):  # each setting is a part of its own (a helper starts elsewhere)
+        i = todo.index(key)
         k, n, r, s, prof = key5(key)
         tag = "" if prof == "even" else f"_{prof}"
         got, reused = parts.get(f"{k}_n{n}_{r}_{s}{tag}", dict(preset=preset, setting=list(key)),
@@ -330,6 +331,7 @@ def compute(preset: Preset, parts: Parts, progress: bool = True) -> dict:
         if progress:
             print(f"  r4 [{i + 1}/{len(todo)}] {k}, n = {n}, {r}, τ_n/τ_1 = {s}, {prof}: "
                   + ("stored part reused" if reused else f"{float(got['seconds']):.0f} s"), flush=True)
+    out["settings"] = {key: out["settings"][key] for key in todo}  # in the preset's order, whoever computed what
     return out
 
 
@@ -565,4 +567,4 @@ def rows(data: dict) -> list[dict]:
 
 
 FIGURE = Figure("r4", "T_Rescaled/T_Malenia as ε → 0, per regime and speed spread, steps bracketed per ε", PRESETS,
-                compute, plot, findings, rows, stem="r4_time_to_eps", module=__file__, verdicts=verdicts)
+                compute, plot, findings, rows, stem="r4_time_to_eps", module=__file__, verdicts=verdicts, units="settings")
