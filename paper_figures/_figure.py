@@ -118,19 +118,49 @@ class Parts:
         if not self.quiet:
             print(f"  {self.label}: {msg}", flush=True)
 
-    def order(self, units: Sequence) -> list:
-        """A figure's independent units of work (methods, settings, cells), in the order this
-        process takes them: as given in the main process, rotated to start ``rank/jobs`` of the way
-        along in a helper. Cooperating processes (``delaylab figure --jobs N``) run the same
-        ``compute``, so they ask for the same parts; a part one of them is computing is claimed
-        (:meth:`get`), and the others wait for it, so they work in parallel only where they start
-        on different units. The main process's data are the same whatever the order the others
-        took: a part's numbers depend only on its code and inputs."""
+    def order(self, units: Sequence):
+        """A figure's independent units of work (methods, settings, cells), one at a time, in the
+        order this process is to take them. Alone: as given. With cooperating processes (``delaylab
+        figure --jobs N``), which run the same ``compute`` and so ask for the same parts: first the
+        units no other process has claimed or finished, each claimed while this process works on
+        it (``unit-<i>.claim``; ``unit-<i>.done`` once finished), then the others, whose parts are
+        by then stored or being computed (:meth:`get` waits for those). So the processes work in
+        parallel wherever units are left, and each still goes through every unit: the data are the
+        same whoever computed a part (a part's numbers depend on its code and inputs only), and a
+        figure puts its units back in the given order before it uses their order."""
         units = list(units)
-        if self.jobs <= 1 or not units:
-            return units
-        k = self.rank * len(units) // self.jobs
-        return units[k:] + units[:k]
+        if self.jobs <= 1 or self.directory is None or not self.store_parts:
+            yield from units
+            return
+        os.makedirs(self.directory, exist_ok=True)
+        later = []
+        for i, u in enumerate(units):
+            mark = os.path.join(self.directory, f"unit-{i}")
+            if os.path.exists(mark + ".done") or not self._try_claim(mark + CLAIM):
+                later.append(u)
+                continue
+            try:
+                yield u
+                store.atomic_write(mark + ".done", b"")
+            finally:
+                _unlink(mark + CLAIM)
+        yield from later
+
+    def _try_claim(self, claim: str) -> bool:
+        """Claim ``claim`` for this process: True once held, False while another live process holds
+        it (one whose holder is gone is taken over)."""
+        while True:
+            self._check_parent()
+            try:
+                fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                if _holder_alive(claim):
+                    return False
+                _unlink(claim)
+                continue
+            with os.fdopen(fd, "w") as fh:
+                fh.write(str(os.getpid()))
+            return True
 
     def get(self, name: str, inputs: Mapping, compute: Callable[[], Mapping]) -> tuple[dict, bool]:
         """The part ``name``: reused from the directory when stored there with the same code,
@@ -189,26 +219,16 @@ class Parts:
         """Claim the part at ``path`` for this process (None once claimed), or return it when
         another process stores it first; a claim whose holder is no longer running is taken over."""
         os.makedirs(self.directory, exist_ok=True)
-        while True:
-            self._check_parent()
-            try:
-                fd = os.open(path + CLAIM, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                stored = self._stored_part(path, key)
-                if stored is not None:
-                    return stored
-                if not _holder_alive(path + CLAIM):
-                    _unlink(path + CLAIM)
-                    continue
-                time.sleep(CLAIM_POLL)
-                continue
-            with os.fdopen(fd, "w") as fh:
-                fh.write(str(os.getpid()))
-            # stored between our look and our claim (its holder saves, then lets go): no need to compute
+        while not self._try_claim(path + CLAIM):
             stored = self._stored_part(path, key)
             if stored is not None:
-                _unlink(path + CLAIM)
-            return stored
+                return stored
+            time.sleep(CLAIM_POLL)
+        # stored between our look and our claim (its holder saves, then lets go): no need to compute
+        stored = self._stored_part(path, key)
+        if stored is not None:
+            _unlink(path + CLAIM)
+        return stored
 
     def _check_parent(self) -> None:
         if self.rank > 0 and os.getppid() != self.parent:

@@ -162,7 +162,7 @@ def compute(p: Preset, parts) -> dict:
     counts = run_counts(p.horizon)
     cells, brackets = {}, {}
     todo = [(h, name) for h in LEVELS_H for name in frontier_schemes(lab.spread_taus(h), p.horizon)]
-    for h, name in parts.order(todo):  # each cell tuned and run on its own (a helper starts elsewhere)
+    for h, name in parts.order(todo):  # each cell tuned and run on its own (for helpers)
         taus = lab.spread_taus(h)
         sc = frontier_schemes(taus, p.horizon)[name]
         count, events = counts[h, name]

@@ -321,7 +321,7 @@ def compute(preset: Preset, parts: Parts, progress: bool = True) -> dict:
       theory's own shape for the ratio (the two upper bounds with constants 1) beside it, as a shape."""
     out = {"preset": preset.name, "settings": {}, "config": dataclasses.asdict(preset)}
     todo = _settings(preset)
-    for key in parts.order(todo):  # each setting is a part of its own (a helper starts elsewhere)
+    for key in parts.order(todo):  # each setting is a part of its own (for helpers)
         i = todo.index(key)
         k, n, r, s, prof = key5(key)
         tag = "" if prof == "even" else f"_{prof}"

@@ -240,7 +240,7 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
         return part
 
     brackets = {}
-    for name in parts.order(methods):  # each method's tuning and runs on its own (a helper starts elsewhere)
+    for name in parts.order(methods):  # each method's tuning and runs a unit of its own (for helpers)
         def score(g, name=name):
             return float(np.mean([score_at(run(name, g, s), cfg.horizon, cfg.horizon) for s in tune]))
 
@@ -262,6 +262,7 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
             "cancelled_time": np.asarray([r["cancelled_time"] for r in runs]), "end_times": [r["end_time"] for r in runs]}
         if progress:
             print(f"  r5 {name:16s} {b.note()}", flush=True)
+    out["methods"] = {name: out["methods"][name] for name in methods}  # in the given order, whoever ran what
     if set(RANKING) <= set(methods):  # Fig. B's three methods at every step setting of the verdict
         settings = claims.step_settings({k: brackets[k] for k in RANKING}, common=catalogue.claim(CLAIM).common_step)
         out["ranking"] = {"settings": settings, "runs": {}}

@@ -70,21 +70,29 @@ def test_helpers_share_the_parts_and_the_data_are_one_process_s(tmp_path, monkey
     shared = FIGURE.compute_data("quick", str(tmp_path), quiet=True, jobs=2)
     pids = {u: int(shared["units"][u]["pid"]) for u in UNITS}
     assert pids[UNITS[0]] == os.getpid()
-    # the helper starts half-way along (u3) and the main process waited for its first part there
-    assert pids[UNITS[3]] != os.getpid(), pids
+    # u0 was the main process's while the helper started: the helper claimed the next unit
+    assert pids[UNITS[1]] != os.getpid(), pids
     for u in UNITS:
         np.testing.assert_array_equal(shared["units"][u]["params"], alone["units"][u]["params"])
     parts = os.listdir(tmp_path / ".parts" / "jobs-test_quick")
     assert sorted(f for f in parts if f.endswith(".npz")) == sorted(f"{u}.npz" for u in UNITS)
     assert not [f for f in parts if f.endswith(_figure.CLAIM)], parts  # every claim let go
+    assert sorted(f for f in parts if f.endswith(".done")) == [f"unit-{i}.done" for i in range(len(UNITS))]
 
 
-def test_order_rotates_for_a_helper_and_keeps_the_main_process_order():
-    main = Parts(None, code="", conv=None, label="t", jobs=3, rank=0)
-    assert main.order("abcdef") == list("abcdef")
-    assert Parts(None, code="", conv=None, label="t", jobs=3, rank=1).order("abcdef") == list("cdefab")
-    assert Parts(None, code="", conv=None, label="t", jobs=3, rank=2).order("abcdef") == list("efabcd")
-    assert Parts(None, code="", conv=None, label="t").order("abc") == list("abc")
+def test_order_takes_unclaimed_units_first_and_every_unit_once(tmp_path):
+    alone = Parts(None, code="", conv=None, label="t")
+    assert list(alone.order("abc")) == list("abc")
+    parts = Parts(str(tmp_path), code="", conv=None, label="t", quiet=True, jobs=2, rank=0)
+    (tmp_path / ("unit-1" + _figure.CLAIM)).write_text(str(os.getppid()))  # another live process works on b
+    (tmp_path / "unit-2.done").write_text("")  # and c is finished
+    seen = []
+    for u in parts.order("abcd"):
+        seen.append(u)
+        if u == "a":  # a unit is claimed while this process works on it
+            assert (tmp_path / ("unit-0" + _figure.CLAIM)).read_text() == str(os.getpid())
+    assert seen == list("adbc")
+    assert (tmp_path / "unit-0.done").exists() and not (tmp_path / ("unit-0" + _figure.CLAIM)).exists()
 
 
 def test_a_claim_whose_holder_is_gone_is_taken_over(tmp_path):
