@@ -94,11 +94,14 @@ class Parts:
     temporary name and renamed, so a stopped run never leaves a half-written part."""
 
     def __init__(self, directory: Optional[str], *, code: str, conv: Optional[str], label: str, quiet: bool = False,
-                 out_dir: Optional[str] = None, store_parts: bool = True, jobs: int = 1, rank: int = 0):
+                 out_dir: Optional[str] = None, store_parts: bool = True, jobs: int = 1, rank: int = 0,
+                 main_pid: Optional[int] = None):
         self.directory, self.code, self.conv, self.label, self.quiet = directory, code, conv, label, quiet
         self.out_dir, self.store_parts = out_dir, store_parts
         self.jobs, self.rank = int(jobs), int(rank)  # cooperating processes (see :meth:`order`); 0 is the main one
-        self.parent = os.getppid()  # a helper stops when the process that started it is gone
+        self.main_pid = main_pid  # a helper's: the process that started it (the helper stops when it is gone)
+        self.helpers: list = []  # the main process's: (rank, Popen, log) of its helpers, watched by get()
+        self._reported: set = set()
         self.first: dict = {}  # part name -> "computed" or "reused": how this run first had it
         self._memo: dict = {}  # runs that store nothing: name -> (key, part) computed in this process
         self.started = time.monotonic()
@@ -107,6 +110,10 @@ class Parts:
         if not store_parts or self.rank > 0:  # a calibration (reads, writes nothing) or a helper (the main
             return  # process has cleaned the folder before starting it, and others write into it now)
         stale = store.remove_stale_temporaries(directory) if directory is not None else []
+        if directory is not None and os.path.isdir(directory):  # an earlier run's claims and unit marks:
+            for f in os.listdir(directory):  # scheduling only (no process of this run exists yet)
+                if f.endswith(CLAIM) or f.endswith(DONE):
+                    os.unlink(os.path.join(directory, f))
         if stale:
             self.say(f"removed {len(stale)} temporary file(s) a stopped run left in {directory} (a part is "
                      "renamed into place only once written: none was half-written)")
@@ -136,31 +143,36 @@ class Parts:
         later = []
         for i, u in enumerate(units):
             mark = os.path.join(self.directory, f"unit-{i}")
-            if os.path.exists(mark + ".done") or not self._try_claim(mark + CLAIM):
+            lock = None if os.path.exists(mark + DONE) else self._lock(mark + CLAIM)
+            if lock is None:
                 later.append(u)
                 continue
             try:
                 yield u
-                store.atomic_write(mark + ".done", b"")
+                store.atomic_write(mark + DONE, b"")
             finally:
-                _unlink(mark + CLAIM)
+                os.close(lock)
         yield from later
 
-    def _try_claim(self, claim: str) -> bool:
-        """Claim ``claim`` for this process: True once held, False while another live process holds
-        it (one whose holder is gone is taken over)."""
-        while True:
-            self._check_parent()
-            try:
-                fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                if _holder_alive(claim):
-                    return False
-                _unlink(claim)
-                continue
-            with os.fdopen(fd, "w") as fh:
-                fh.write(str(os.getpid()))
-            return True
+    def _lock(self, claim: str) -> Optional[int]:
+        """An exclusive lock on the file ``claim`` (``flock``), or None while another process holds
+        it. The kernel lets go of a lock when its holder's process ends, however it ends (killed,
+        crashed, exited without cleaning up), so a lock is never held by a process that is gone;
+        the files stay (empty) until the parts folder is removed, so no two processes can hold
+        locks on two files of one name. Returns the open file's descriptor; closing it lets go."""
+        import fcntl
+
+        self._check_main()
+        fd = os.open(claim, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def get(self, name: str, inputs: Mapping, compute: Callable[[], Mapping]) -> tuple[dict, bool]:
         """The part ``name``: reused from the directory when stored there with the same code,
@@ -168,9 +180,10 @@ class Parts:
         and lists of them), timed (``"seconds"`` is added) and stored. Returns the part and
         whether it was reused.
 
-        With cooperating processes a part is claimed before it is computed (``<name>.claim``,
-        created exclusively, holding the process id): a process that finds the claim of a live
-        process waits for the part to appear, and takes the claim over when its holder is gone."""
+        With cooperating processes a part is claimed before it is computed (a lock on
+        ``<name>.npz.claim``, :meth:`_lock`): a process that finds it held waits for the part to be
+        stored, and computes it itself if the holder lets go without storing it (it failed or
+        was stopped)."""
         key = json.dumps({"code": self.code, "inputs": _canonical(inputs)}, sort_keys=True)
         if name in self._memo and self._memo[name][0] == key:  # asked again, nothing stored to read it from
             return self._memo[name][1], True
@@ -179,9 +192,10 @@ class Parts:
         if stored is not None:
             self.first.setdefault(name, "reused")
             return stored, True
-        claim = path is not None and self.store_parts and self.jobs > 1
-        if claim:
-            stored = self._claim(path, key)
+        self._watch_helpers()
+        lock = None
+        if path is not None and self.store_parts and self.jobs > 1:
+            lock, stored = self._claim(path, key)
             if stored is not None:  # another process computed it meanwhile
                 self.first.setdefault(name, "reused")
                 return stored, True
@@ -195,8 +209,8 @@ class Parts:
             else:  # nowhere to store it (or a calibration): kept in memory, so a part asked for again is not recomputed
                 self._memo[name] = (key, part)
         finally:
-            if claim:
-                _unlink(path + CLAIM)
+            if lock is not None:
+                os.close(lock)
         self.first.setdefault(name, "computed")
         if self.plan is not None and self.store_parts and self.rank == 0:
             self.say(self.eta())
@@ -215,24 +229,46 @@ class Parts:
                 f"available (`make native` builds oneDNN's), or delete {self.directory} to start over.")
         return load_data(path) if stored_key == key else None
 
-    def _claim(self, path: str, key: str) -> Optional[dict]:
-        """Claim the part at ``path`` for this process (None once claimed), or return it when
-        another process stores it first; a claim whose holder is no longer running is taken over."""
+    def _claim(self, path: str, key: str) -> tuple:
+        """(lock, None) once this process holds the part's lock and the part is not stored, or
+        (None, part) when another process has stored it; waits while another holds the lock."""
         os.makedirs(self.directory, exist_ok=True)
-        while not self._try_claim(path + CLAIM):
-            stored = self._stored_part(path, key)
+        while True:
+            lock = self._lock(path + CLAIM)
+            try:
+                stored = self._stored_part(path, key)  # stored before we looked, or while we waited
+            except BaseException:
+                if lock is not None:
+                    os.close(lock)
+                raise
             if stored is not None:
-                return stored
+                if lock is not None:
+                    os.close(lock)
+                return None, stored
+            if lock is not None:
+                return lock, None
+            self._watch_helpers()
             time.sleep(CLAIM_POLL)
-        # stored between our look and our claim (its holder saves, then lets go): no need to compute
-        stored = self._stored_part(path, key)
-        if stored is not None:
-            _unlink(path + CLAIM)
-        return stored
 
-    def _check_parent(self) -> None:
-        if self.rank > 0 and os.getppid() != self.parent:
+    def _check_main(self) -> None:
+        """A helper whose main process is gone stops (its parent changed)."""
+        if self.rank > 0 and self.main_pid is not None and os.getppid() != self.main_pid:
             raise SystemExit(f"{self.label} helper {self.rank}: the main process is gone; stopping")
+
+    def _watch_helpers(self) -> None:
+        """The main process: say once of each helper that has stopped on an error (its parts are
+        left to the others), with its log's last lines."""
+        for rank, proc, log in self.helpers:
+            code = proc.poll()  # also reaps it
+            if code not in (None, 0) and rank not in self._reported:
+                self._reported.add(rank)
+                try:
+                    with open(log, errors="replace") as fh:
+                        tail = "".join(fh.readlines()[-5:]).rstrip()
+                except OSError:
+                    tail = ""
+                print(f"  {self.label}: helper {rank} stopped with exit code {code}; the other processes compute "
+                      f"its parts (its log, {log}, ends:)\n{tail}", flush=True)
 
     def _stored(self) -> int:
         d = self.directory
@@ -274,37 +310,9 @@ class Parts:
 
 
 ESTIMATE_FILE = "estimate.json"
-CLAIM = ".claim"  # beside a part being computed: the process id of the one computing it
+CLAIM = ".claim"  # a lock file beside a part (or unit) being computed: see Parts._lock
+DONE = ".done"  # beside a unit every part of which is stored (scheduling only)
 CLAIM_POLL = 0.2  # seconds between looks at a part another process is computing
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _holder_alive(claim: str) -> bool:
-    """Whether the process named in ``claim`` is running (a claim still being written counts as
-    held; one that has vanished, as not)."""
-    try:
-        with open(claim) as fh:
-            text = fh.read().strip()
-    except FileNotFoundError:
-        return False
-    if not text:  # being written, unless it has stayed empty for seconds (its writer died in between)
-        try:
-            return time.time() - os.path.getmtime(claim) < 10.0
-        except FileNotFoundError:
-            return False
-    try:
-        os.kill(int(text), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, ValueError):
-        return True
-    return True
 
 
 def _read_estimate(directory: Optional[str]) -> Optional[dict]:
@@ -438,7 +446,7 @@ class Figure:
         return self.stem(data) if callable(self.stem) else self.stem
 
     def compute_data(self, preset: str, out_dir: Optional[str], *, quiet: bool = False, jobs: int = 1,
-                     rank: int = 0, plugins: Sequence[str] = ()) -> dict:
+                     rank: int = 0, plugins: Sequence[str] = (), main_pid: Optional[int] = None) -> dict:
         """Compute the data of ``preset``, its parts kept under ``out_dir/.parts`` until written.
 
         ``jobs`` > 1 (the main process, ``rank`` 0): ``jobs - 1`` helper processes are started on
@@ -456,31 +464,32 @@ class Figure:
             raise ValueError("cooperating processes share their parts through the output folder: give one")
         parts_dir = None if out_dir is None else os.path.join(out_dir, ".parts", f"{self.name}_{preset}")
         parts = Parts(parts_dir, code=code_hash(self.module), conv=convolution() if self.convolution else None,
-                      label=self.name, quiet=quiet, out_dir=out_dir, jobs=jobs, rank=rank)
-        helpers = self._start_helpers(preset, out_dir, parts_dir, jobs, plugins, quiet) if rank == 0 and jobs > 1 else []
+                      label=self.name, quiet=quiet, out_dir=out_dir, jobs=jobs, rank=rank, main_pid=main_pid)
         try:
+            if rank == 0 and jobs > 1:
+                self._start_helpers(parts, preset, out_dir, plugins, quiet)
             return self.compute(p, parts)
         finally:
-            _stop_helpers(helpers, parts, quiet)
+            _stop_helpers(parts)
 
-    def _start_helpers(self, preset, out_dir, parts_dir, jobs, plugins, quiet) -> list:
+    def _start_helpers(self, parts: Parts, preset: str, out_dir: str, plugins: Sequence[str], quiet: bool) -> None:
+        """Start ``parts.jobs - 1`` helpers (recorded in ``parts.helpers`` as they start)."""
         import subprocess
 
         import jax.numpy as jnp
 
-        os.makedirs(parts_dir, exist_ok=True)
+        os.makedirs(parts.directory, exist_ok=True)
         x64 = jnp.asarray(1.0).dtype == jnp.float64  # the helpers compute in the main process's precision
-        helpers = []
-        for rank in range(1, jobs):
-            log = os.path.join(parts_dir, f"helper-{rank}.log")
+        for rank in range(1, parts.jobs):
+            log = os.path.join(parts.directory, f"helper-{rank}.log")
             args = [sys.executable, "-c", "from delaylab.paper_figures._figure import run_helper; run_helper()",
-                    self.compute.__module__, preset, out_dir, str(rank), str(jobs), "1" if x64 else "0", *plugins]
+                    self.compute.__module__, preset, out_dir, str(rank), str(parts.jobs), "1" if x64 else "0",
+                    str(os.getpid()), *plugins]
             with open(log, "w") as fh:
-                helpers.append((rank, subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT), log))
+                parts.helpers.append((rank, subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT), log))
         if not quiet:
-            print(f"  {self.name}: {jobs - 1} helper process(es) started (their logs: {parts_dir}/helper-*.log)",
-                  flush=True)
-        return helpers
+            print(f"  {self.name}: {parts.jobs - 1} helper process(es) started (their logs: "
+                  f"{parts.directory}/helper-*.log)", flush=True)
 
     def estimate(self, preset: str, out_dir: Optional[str], *, probe=None) -> dict:
         """Predict the wall time of computing ``preset`` on this machine from a calibration: the
@@ -555,38 +564,44 @@ class Figure:
 VERDICT_KEYS = ("id", "kind", "claim", "verdict", "evidence", "conditions")
 
 
-def _stop_helpers(helpers: list, parts: Parts, quiet: bool) -> None:
-    """Stop the helper processes (the main process has every part it needs, or has failed) and
-    say which of them had stopped on an error before."""
-    for rank, proc, log in helpers:
-        code = proc.poll()
-        if code is None:
-            proc.terminate()
+def _stop_helpers(parts: Parts) -> None:
+    """Stop the main process's helpers (it has every part it needs, or has failed), after saying
+    which of them had stopped on an error."""
+    parts._watch_helpers()
+    for _, proc, _ in parts.helpers:
+        if proc.poll() is None:
+            proc.terminate()  # SIGTERM's default: the helper ends at once, and the kernel drops its locks
             try:
                 proc.wait(timeout=30)
-            except Exception:  # noqa: BLE001 - a helper that ignores SIGTERM is killed
+            except Exception:  # noqa: BLE001 - a helper that does not end is killed
                 proc.kill()
                 proc.wait()
-        elif code != 0 and not quiet:
-            print(f"  {parts.label}: helper {rank} had stopped with exit code {code} (its log: {log}); "
-                  "the other processes computed its parts", flush=True)
 
 
 def run_helper(argv: Optional[Sequence[str]] = None) -> None:
     """A helper process of :meth:`Figure.compute_data` (started by it, not by hand): argv is the
     figure's module, preset, output folder, rank, number of processes, whether to compute in
-    float64, and plugin paths."""
+    float64, the main process's id, and plugin paths. On Linux the kernel kills the helper when
+    the main process ends, however it ends (``PR_SET_PDEATHSIG``); elsewhere it stops at its
+    next claim (:meth:`Parts._lock`)."""
     import importlib
 
+    module, preset, out_dir, rank, jobs, x64, main_pid, *plugins = list(sys.argv[1:] if argv is None else argv)
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != int(main_pid):  # it ended before the line above
+        raise SystemExit("the main process is gone; stopping")
     import jax
 
-    module, preset, out_dir, rank, jobs, x64, *plugins = list(sys.argv[1:] if argv is None else argv)
     from delaylab import plugins as plugin_loader
 
     plugin_loader.load_all(plugins)  # and the installed ones, as the command line does
     fig = importlib.import_module(module).FIGURE
     with jax.enable_x64(x64 == "1"):
-        fig.compute_data(preset, out_dir, quiet=True, jobs=int(jobs), rank=int(rank))
+        fig.compute_data(preset, out_dir, quiet=True, jobs=int(jobs), rank=int(rank), main_pid=int(main_pid))
 
 
 def progress(label: str):
