@@ -102,6 +102,7 @@ class Parts:
         self.main_pid = main_pid  # a helper's: the process that started it (the helper stops when it is gone)
         self.helpers: list = []  # the main process's: (rank, Popen, log) of its helpers, watched by get()
         self._reported: set = set()
+        self._orders = 0  # calls of order() so far
         self.first: dict = {}  # part name -> "computed" or "reused": how this run first had it
         self._memo: dict = {}  # runs that store nothing: name -> (key, part) computed in this process
         self.started = time.monotonic()
@@ -130,7 +131,7 @@ class Parts:
         order this process is to take them. Alone: as given. With cooperating processes (``delaylab
         figure --jobs N``), which run the same ``compute`` and so ask for the same parts: first the
         units no other process has claimed or finished, each claimed while this process works on
-        it (``unit-<i>.claim``; ``unit-<i>.done`` once finished), then the others, whose parts are
+        it (``unit-<k>-<i>.claim`` for the i-th unit of the k-th call; ``.done`` once finished), then the others, whose parts are
         by then stored or being computed (:meth:`get` waits for those). So the processes work in
         parallel wherever units are left, and each still goes through every unit: the data are the
         same whoever computed a part (a part's numbers depend on its code and inputs only), and a
@@ -140,9 +141,10 @@ class Parts:
             yield from units
             return
         os.makedirs(self.directory, exist_ok=True)
+        self._orders += 1  # every process makes the same calls in the same sequence: the k-th call's units
         later = []
         for i, u in enumerate(units):
-            mark = os.path.join(self.directory, f"unit-{i}")
+            mark = os.path.join(self.directory, f"unit-{self._orders}-{i}")
             lock = None if os.path.exists(mark + DONE) else self._lock(mark + CLAIM)
             if lock is None:
                 later.append(u)

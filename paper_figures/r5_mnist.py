@@ -266,12 +266,12 @@ def compute(preset: Preset, parts: Parts, *, data_path: Optional[str] = None, pr
     if set(RANKING) <= set(methods):  # Fig. B's three methods at every step setting of the verdict
         settings = claims.step_settings({k: brackets[k] for k in RANKING}, common=catalogue.claim(CLAIM).common_step)
         out["ranking"] = {"settings": settings, "runs": {}}
+        got = {}
+        for label, name in parts.order([(lb, nm) for lb, steps in settings.items() for nm in steps]):  # units
+            runs = [run(name, settings[label][name], s) for s in report]
+            got[label, name] = {"times": np.stack([r["time"] for r in runs]), "loss": np.stack([r["loss"] for r in runs])}
         for label, steps in settings.items():
-            out["ranking"]["runs"][label] = {}
-            for name, g in steps.items():
-                runs = [run(name, g, s) for s in report]
-                out["ranking"]["runs"][label][name] = {"times": np.stack([r["time"] for r in runs]),
-                                                       "loss": np.stack([r["loss"] for r in runs])}
+            out["ranking"]["runs"][label] = {name: got[label, name] for name in steps}
     return out
 
 

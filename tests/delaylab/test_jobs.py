@@ -87,7 +87,7 @@ def test_helpers_share_the_parts_and_the_data_are_one_process_s(tmp_path, monkey
         np.testing.assert_array_equal(got, want)
     parts = os.listdir(tmp_path / "out" / ".parts" / "jobs-test_quick")
     assert sorted(f for f in parts if f.endswith(".npz")) == sorted(f"{u}.npz" for u in UNITS)
-    assert sorted(f for f in parts if f.endswith(".done")) == [f"unit-{i}.done" for i in range(len(UNITS))]
+    assert sorted(f for f in parts if f.endswith(".done")) == [f"unit-1-{i}.done" for i in range(len(UNITS))]
 
 
 def _hold(path) -> int:
@@ -104,23 +104,23 @@ def test_order_takes_unclaimed_units_first_and_every_unit_once(tmp_path):
     alone = Parts(None, code="", conv=None, label="t")
     assert list(alone.order("abc")) == list("abc")
     parts = Parts(str(tmp_path), code="", conv=None, label="t", quiet=True, jobs=2, rank=0)
-    held = _hold(tmp_path / ("unit-1" + _figure.CLAIM))  # another process works on b
-    (tmp_path / ("unit-2" + _figure.DONE)).write_text("")  # and c is finished
+    held = _hold(tmp_path / ("unit-1-1" + _figure.CLAIM))  # another process works on b
+    (tmp_path / ("unit-1-2" + _figure.DONE)).write_text("")  # and c is finished
     seen = []
     for u in parts.order("abcd"):
         seen.append(u)
         if u == "a":  # a unit is claimed while this process works on it
             with pytest.raises(BlockingIOError):
-                _hold(tmp_path / ("unit-0" + _figure.CLAIM))
+                _hold(tmp_path / ("unit-1-0" + _figure.CLAIM))
     os.close(held)
     assert seen == list("adbc")
-    assert (tmp_path / ("unit-0" + _figure.DONE)).exists()
-    os.close(_hold(tmp_path / ("unit-0" + _figure.CLAIM)))  # let go once done
+    assert (tmp_path / ("unit-1-0" + _figure.DONE)).exists()
+    os.close(_hold(tmp_path / ("unit-1-0" + _figure.CLAIM)))  # let go once done
 
 
 def test_an_earlier_run_s_claims_and_marks_are_cleared_and_a_dead_holder_s_lock_is_gone(tmp_path):
     (tmp_path / ("x.npz" + _figure.CLAIM)).write_text("123")
-    (tmp_path / ("unit-0" + _figure.DONE)).write_text("")
+    (tmp_path / ("unit-1-0" + _figure.DONE)).write_text("")
     parts = Parts(str(tmp_path), code="c", conv=None, label="t", quiet=True, jobs=2, rank=0)
     assert os.listdir(tmp_path) == []  # the main process owns the folder before its helpers start
     # a holder killed while it holds a part's lock, not reaped (a zombie, as a helper is until the
