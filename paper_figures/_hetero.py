@@ -353,13 +353,13 @@ def tuned(parts: Parts, p: Preset, cell: str, inputs: dict, make_run: Callable, 
     return {"bracket": stored_bracket(b), "runs": runs, "seconds": sum(c.seconds.values())}
 
 
-def at_settings(cells: dict, settings: dict, value: Callable, seeds: int) -> dict:
+def at_settings(cells: dict, settings: dict, value: Callable, seeds: int, parts=None) -> dict:
     """label -> {cell: {name: the first ``seeds`` reported seeds' values}} at that setting's steps,
-    ``value(run)`` giving a run's named values."""
-    out: dict = {}
-    for label, steps in settings.items():
-        out[label] = {}
-        for k, g in steps.items():
-            vals = [value(r) for r in cells[k].report(g, seeds)]
-            out[label][k] = {name: np.array([v[name] for v in vals]) for name in vals[0]}
-    return out
+    ``value(run)`` giving a run's named values. With ``parts``, each (setting, cell) is a unit of
+    :meth:`paper_figures._figure.Parts.order` (helper processes share them)."""
+    pairs = [(label, k) for label, steps in settings.items() for k in steps]
+    got = {}
+    for label, k in (pairs if parts is None else parts.order(pairs)):
+        vals = [value(r) for r in cells[k].report(settings[label][k], seeds)]
+        got[label, k] = {name: np.array([v[name] for v in vals]) for name in vals[0]}
+    return {label: {k: got[label, k] for k in steps} for label, steps in settings.items()}

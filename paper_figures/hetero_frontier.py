@@ -194,11 +194,11 @@ def compute(p: Preset, parts) -> dict:
             keyed = {(h, name): brackets[h, name] for h in levels}
             settings = claims.step_settings(keyed)
             seeds = p.seeds
-            values = lab.at_settings(cells, settings, value, seeds)
+            values = lab.at_settings(cells, settings, value, seeds, parts)
             if p.more_seeds > seeds and claims.needs_seeds(_claim_verdict(claim_id, name, levels, values).readings,
                                                            seeds=p.more_seeds):
                 seeds = p.more_seeds
-                values = lab.at_settings(cells, settings, value, seeds)
+                values = lab.at_settings(cells, settings, value, seeds, parts)
             out["claims"][(claim_id, name)] = {"levels": list(levels), "settings": settings, "values": values,
                                                "seeds": seeds}
     out["seconds"] = sum(sum(c.seconds.values()) for c in cells.values())
