@@ -59,9 +59,9 @@ def _parser() -> argparse.ArgumentParser:
                         "without computing")
     f.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="compute with N cooperating processes (default 1): N - 1 helpers take the figure's "
-                        "units of work (methods, settings, cells) from other starting points and share the parts "
-                        "through --out; the output is the same as with one process. One per core: each runs "
-                        "mostly on one")
+                        "units of work (r4's settings, r5's methods, hetero-frontier's cells) that no other "
+                        "process has claimed, sharing the parts through --out; the output is the same as with "
+                        "one process. At most one per core")
     f.add_argument("--estimate", action="store_true",
                    help="predict the preset's wall time on this machine from a calibration (each run's "
                         "compilation, and a long run's first segments; parts a stopped run left in --out are reused) and "
